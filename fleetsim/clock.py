@@ -67,7 +67,10 @@ class ManualClock:
         """Move time forward, waking each sleeper whose deadline passed, in order."""
         target = self._now + seconds
         while True:
-            due = sorted((d, f) for d, f in self._sleepers if d <= target and not f.done())
+            due = sorted(
+                ((d, f) for d, f in self._sleepers if d <= target and not f.done()),
+                key=lambda pair: pair[0],
+            )
             if not due:
                 break
             deadline, fut = due[0]
