@@ -1,0 +1,161 @@
+"""Queueing arithmetic shared by the simulated replicas and the ramp reference.
+
+Two consumers:
+
+* `fleetsim.replica` paces each replica's request starts with `PacedServer`, whose
+  service rate follows `warm_rate_at` (cold fraction climbing to warm over the warm-up
+  window): the live, per-request counterpart of the fluid queue below.
+* `simulate_ramp` is a discrete-step fluid queue (one step per second) over a pool of
+  warm replicas plus one warming replacement. It reproduces the runbook's `ramp_back.py`
+  table and is the pure reference `activities/ramp.py` can check its weights against.
+
+Accounting. The runbook's model counts a step's completions as
+`min(backlog_after + inflow, rate)`; in the step where a backlog drains to zero this
+omits the backlog it just cleared (its equal-share run serves 35995 of 36000 requests).
+`accounting="runbook"` keeps that rule so the published figures reproduce exactly;
+`accounting="conserving"` counts `min(backlog_before + inflow, rate)`, so served plus
+final backlog equals arrivals. Peak waits and late counts are the same either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+RampPolicy = Literal["equal_on_ready", "ramp_on_measured_rate"]
+Accounting = Literal["runbook", "conserving"]
+
+
+def warm_rate_at(age_s: float, *, warm_rate: float, cold_frac: float, warmup_s: float) -> float:
+    """Service rate of a replica `age_s` seconds after it went ready: linear climb to warm."""
+    if warmup_s <= 0:
+        return warm_rate
+    progress = min(max(age_s, 0.0), warmup_s) / warmup_s
+    return warm_rate * (cold_frac + (1.0 - cold_frac) * progress)
+
+
+def warm_progress(age_s: float, warmup_s: float) -> float:
+    """0 at ready, 1 once warm; drives the prefix-cache hit rate a replica reports."""
+    if warmup_s <= 0:
+        return 1.0
+    return min(max(age_s, 0.0), warmup_s) / warmup_s
+
+
+@dataclass
+class FluidQueue:
+    """One replica's backlog, advanced in fixed steps of `dt` seconds."""
+
+    deadline_s: float
+    accounting: Accounting = "conserving"
+    backlog: float = 0.0
+
+    def step(self, inflow: float, rate: float, dt: float = 1.0) -> StepOutcome:
+        """Admit `inflow` requests and serve up to `rate * dt`; say how many were late.
+
+        The wait a request joining now would see is the remaining backlog over the rate;
+        the step's completions count as late when that wait is past the deadline.
+        """
+        capacity = rate * dt
+        before = self.backlog
+        self.backlog = max(0.0, before + inflow - capacity)
+        wait = self.backlog / rate if rate > 0 else (math.inf if self.backlog > 0 else 0.0)
+        if self.accounting == "runbook":
+            served = min(self.backlog + inflow, capacity)
+        else:
+            served = min(before + inflow, capacity)
+        late = served if wait > self.deadline_s else 0.0
+        return StepOutcome(served=served, late=late, wait_s=wait)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    served: float
+    late: float
+    wait_s: float
+
+
+@dataclass(frozen=True)
+class RampResult:
+    served: float
+    late: float
+    goodput: float
+    peak_wait_new: float
+    final_depth_new: float
+    arrivals: float
+
+
+def ramp_shares(policy: RampPolicy, rates: list[float]) -> list[float]:
+    """Fraction of arrivals each replica gets under `policy` (the replacement is last)."""
+    if policy == "equal_on_ready":
+        return [1.0 / len(rates)] * len(rates)
+    if policy == "ramp_on_measured_rate":
+        total = sum(rates)
+        return [r / total for r in rates]
+    raise ValueError(f"unknown ramp policy {policy!r}")
+
+
+def simulate_ramp(
+    policy: RampPolicy,
+    arrival: float | None = None,
+    warm_rate: float = 20.0,
+    cold_frac: float = 0.25,
+    warmup_s: float = 120.0,
+    deadline_s: float = 30.0,
+    warm_replicas: int = 3,
+    seconds: int = 600,
+    *,
+    accounting: Accounting = "runbook",
+) -> RampResult:
+    """Run the ramp experiment: `warm_replicas` warm replicas plus one warming replacement.
+
+    `arrival` defaults to what the warm survivors already serve (the replacement is
+    headroom); pass more to model a fleet that depends on the replacement.
+    """
+    if arrival is None:
+        arrival = warm_rate * warm_replicas
+    queues = [FluidQueue(deadline_s, accounting) for _ in range(warm_replicas + 1)]
+    served = late = peak_wait_new = 0.0
+    for t in range(seconds):
+        new_rate = warm_rate_at(t, warm_rate=warm_rate, cold_frac=cold_frac, warmup_s=warmup_s)
+        rates = [warm_rate] * warm_replicas + [new_rate]
+        for i, (share, rate) in enumerate(zip(ramp_shares(policy, rates), rates, strict=True)):
+            out = queues[i].step(arrival * share, rate)
+            served += out.served
+            late += out.late
+            if i == warm_replicas:
+                peak_wait_new = max(peak_wait_new, out.wait_s)
+    return RampResult(
+        served=served,
+        late=late,
+        goodput=served - late,
+        peak_wait_new=peak_wait_new,
+        final_depth_new=queues[-1].backlog,
+        arrivals=arrival * seconds,
+    )
+
+
+class PacedServer:
+    """A FIFO server whose start times are spaced `1 / rate` apart: one replica's engine.
+
+    `admit` returns when a request arriving at `now` starts service; the gap between
+    the two is its queue wait. Event-driven (no tick loop), so hundreds of replicas cost
+    nothing while idle and a ManualClock steps them exactly.
+    """
+
+    def __init__(self) -> None:
+        self._next_start = -math.inf
+
+    def admit(self, now: float, rate: float) -> float:
+        if rate <= 0:
+            return math.inf
+        start = max(now, self._next_start)
+        self._next_start = start + 1.0 / rate
+        return start
+
+    def backlog_s(self, now: float) -> float:
+        """Seconds of queued work ahead of a request arriving now."""
+        return max(0.0, self._next_start - now)
+
+    def reset(self) -> None:
+        self._next_start = -math.inf

@@ -1,0 +1,88 @@
+"""fleetsim's fluid queue reproduces the runbook's published `ramp_back.py` table.
+
+Only the printed figures come from the runbook; the model is `fleetsim.queueing`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetsim.queueing import FluidQueue, PacedServer, simulate_ramp, warm_rate_at
+
+
+def test_case_1_to_3_equal_share_overloads_the_cold_replica() -> None:
+    eq = simulate_ramp("equal_on_ready")
+    rm = simulate_ramp("ramp_on_measured_rate")
+    assert round(eq.peak_wait_new) == 31
+    assert round(rm.peak_wait_new, 1) == 0.0
+    assert round(eq.goodput) == 35682
+    assert round(rm.goodput) == 36000
+    assert round(eq.late) == 313
+    assert round(rm.late) == 0
+    assert round(eq.final_depth_new) == 0 and round(rm.final_depth_new) == 0
+    assert f"{rm.goodput / eq.goodput - 1:.0%}" == "1%"
+
+
+def test_case_4_a_replica_that_starts_warm_makes_the_policies_identical() -> None:
+    eq = simulate_ramp("equal_on_ready", cold_frac=1.0, warmup_s=0)
+    rm = simulate_ramp("ramp_on_measured_rate", cold_frac=1.0, warmup_s=0)
+    assert eq.goodput == rm.goodput
+    assert round(eq.goodput) == 36000 and eq.late == 0
+
+
+def test_case_5_coldness_sweep() -> None:
+    peaks = [
+        round(simulate_ramp("equal_on_ready", cold_frac=f).peak_wait_new)
+        for f in (1.0, 0.75, 0.5, 0.25)
+    ]
+    assert peaks == [0, 0, 11, 31]
+
+
+@pytest.mark.parametrize("cold_frac", [0.1, 0.25, 0.5, 0.9])
+@pytest.mark.parametrize("warmup_s", [30, 120, 600])
+def test_case_6_rate_weighting_leaves_nothing_late_when_the_replacement_is_headroom(
+    cold_frac: float, warmup_s: float
+) -> None:
+    r = simulate_ramp("ramp_on_measured_rate", cold_frac=cold_frac, warmup_s=warmup_s)
+    assert r.late == 0 and r.peak_wait_new <= 30.0
+
+
+def test_case_7_routing_is_not_admission() -> None:
+    kw = {"arrival": 80.0, "cold_frac": 0.1, "warmup_s": 600.0}
+    eq = simulate_ramp("equal_on_ready", **kw)  # type: ignore[arg-type]
+    rm = simulate_ramp("ramp_on_measured_rate", **kw)  # type: ignore[arg-type]
+    assert round(eq.late) == 6585
+    assert round(rm.late) == 34267
+
+
+def test_conserving_accounting_serves_every_arrival_and_keeps_the_late_counts() -> None:
+    runbook = simulate_ramp("equal_on_ready")
+    conserving = simulate_ramp("equal_on_ready", accounting="conserving")
+    assert conserving.served + conserving.final_depth_new == pytest.approx(conserving.arrivals)
+    assert conserving.late == pytest.approx(runbook.late)
+    assert conserving.peak_wait_new == pytest.approx(runbook.peak_wait_new)
+    # The runbook's rule drops the backlog cleared in the step a queue empties.
+    assert runbook.served < conserving.served
+    assert round(conserving.goodput) == 35687
+
+
+def test_fluid_queue_reports_wait_as_backlog_over_rate() -> None:
+    q = FluidQueue(deadline_s=1.0)
+    out = q.step(inflow=30.0, rate=10.0)
+    assert out.served == 10.0 and q.backlog == 20.0 and out.wait_s == 2.0
+    assert out.late == 10.0
+
+
+def test_warm_rate_climbs_linearly_then_holds() -> None:
+    kw = {"warm_rate": 20.0, "cold_frac": 0.25, "warmup_s": 120.0}
+    assert warm_rate_at(0, **kw) == 5.0
+    assert warm_rate_at(60, **kw) == 12.5
+    assert warm_rate_at(500, **kw) == 20.0
+
+
+def test_paced_server_spaces_starts_by_the_service_rate() -> None:
+    s = PacedServer()
+    starts = [s.admit(0.0, rate=4.0) for _ in range(3)]
+    assert starts == [0.0, 0.25, 0.5]
+    assert s.backlog_s(0.1) == pytest.approx(0.65)
+    assert s.admit(10.0, rate=4.0) == 10.0
