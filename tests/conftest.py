@@ -1,0 +1,3 @@
+"""Fixtures for every test: PostgreSQL (tests/fixtures/postgres.py) and Temporal (temporal.py)."""
+
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal"]
