@@ -35,5 +35,3 @@ async def test_local_env_has_fleetmend_search_attributes_registered(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
     assert set(SEARCH_ATTRIBUTES) <= set(resp.custom_attributes)
-
-
