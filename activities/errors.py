@@ -1,0 +1,96 @@
+"""Activity errors: two words a reader understands at once, permanent and temporary.
+
+    ApplicationError (temporalio)
+    ├── PermanentError      non-retryable: 403 / 404 / 422, a refused unsafe action,
+    │   │                   a missing approval. Retrying cannot change the answer.
+    │   └── RefusedError    the activity declined on purpose (e.g. would remove a label
+    │                       the workload controller selects on); the message says why.
+    └── TemporaryError      retryable: 409 / 429 / 5xx, timeouts, connection errors.
+
+Called from every activity module through `k8s_call` (Kubernetes) and `http_errors`
+(httpx), so the retry decision is made once, here, from the status code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import httpx
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
+
+T = TypeVar("T")
+
+PERMANENT = "PermanentError"
+REFUSED = "RefusedError"
+TEMPORARY = "TemporaryError"
+NON_RETRYABLE_TYPES: tuple[str, ...] = (PERMANENT, REFUSED)
+
+# Kubernetes answers that a retry can change: a conflict (re-read and re-apply), throttling,
+# and the server's own failures. Everything else in 4xx describes the request itself.
+RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 422})
+
+
+class PermanentError(ApplicationError):
+    def __init__(self, message: str, *details: object) -> None:
+        super().__init__(message, *details, type=PERMANENT, non_retryable=True)
+
+
+class RefusedError(ApplicationError):
+    def __init__(self, message: str, *details: object) -> None:
+        super().__init__(message, *details, type=REFUSED, non_retryable=True)
+
+
+class TemporaryError(ApplicationError):
+    def __init__(self, message: str, *details: object) -> None:
+        super().__init__(message, *details, type=TEMPORARY, non_retryable=False)
+
+
+def classify_status(status: int) -> str:
+    """PERMANENT or TEMPORARY for an HTTP status from the Kubernetes API or a gateway."""
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return TEMPORARY
+    if status in PERMANENT_STATUSES or 400 <= status < 500:
+        return PERMANENT
+    return TEMPORARY
+
+
+def k8s_error(exc: BaseException, *, verb: str, obj: str) -> ApplicationError:
+    """The activity error for a failed Kubernetes call on `obj` (e.g. "pod serving/llm-0")."""
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        reason = exc.reason or ""
+        message = f"kubernetes {verb} {obj}: {status} {reason}".strip()
+        if status and classify_status(status) == PERMANENT:
+            return PermanentError(message)
+        return TemporaryError(message)
+    return TemporaryError(f"kubernetes {verb} {obj}: {type(exc).__name__}: {exc}")
+
+
+def k8s_call(verb: str, obj: str, fn: Callable[[], T]) -> T:
+    """Run one Kubernetes client call, turning its failure into a typed activity error."""
+    try:
+        return fn()
+    except ApiException as exc:
+        raise k8s_error(exc, verb=verb, obj=obj) from exc
+    except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as exc:
+        raise k8s_error(exc, verb=verb, obj=obj) from exc
+
+
+@contextmanager
+def http_errors(verb: str, obj: str) -> Iterator[None]:
+    """Map httpx failures (status and transport) to permanent or temporary errors."""
+    try:
+        yield
+    except httpx.HTTPStatusError as exc:
+        status = exc.response.status_code
+        message = f"{verb} {obj}: HTTP {status}"
+        if classify_status(status) == PERMANENT:
+            raise PermanentError(message) from exc
+        raise TemporaryError(message) from exc
+    except httpx.TransportError as exc:
+        raise TemporaryError(f"{verb} {obj}: {type(exc).__name__}: {exc}") from exc
