@@ -1,0 +1,180 @@
+"""A simulated vLLM replica's HTTP surface: `/health`, `/v1/models`,
+`/v1/chat/completions` (streaming SSE or not) and `/metrics`.
+
+Created by the kubelet for each serving pod once its weights have "loaded", served on
+the pod's loopback IP by `fleetsim.netserve`, and scraped by fleetmend's activities and
+by Prometheus exactly as a real vLLM pod would be. Behaviour under faults comes from
+the engine's `Health`: a fake-alive replica accepts connections and never answers; a
+GPU-hung one answers `/health` and never finishes inference; a broken group answers
+`/health` and fails inference.
+
+Headers are held back until the first token exists, so a request that fails while still
+queued gets a status code (retryable by the router) rather than a broken stream.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from fleetsim.engine import Engine, EngineError, Health, Token
+from fleetsim.vllm_metrics import VllmCollector, exposition
+
+HEADER_QUEUE_WAIT = "x-fleetsim-queue-wait"
+HEADER_POD = "x-fleetsim-pod"
+
+
+@dataclass(frozen=True)
+class ReplicaIdentity:
+    namespace: str
+    pod: str
+    pool: str
+    model: str
+    revision: str
+    engine_version: str
+    engine_core: str
+    node: str
+
+
+def _error(status: int, message: str, kind: str = "InternalServerError") -> JSONResponse:
+    return JSONResponse(
+        {"object": "error", "message": message, "type": kind, "code": status}, status_code=status
+    )
+
+
+class Replica:
+    def __init__(self, identity: ReplicaIdentity, engine: Engine) -> None:
+        self.identity = identity
+        self.engine = engine
+        self.collector = VllmCollector(
+            engine,
+            model_name=identity.model,
+            version=identity.engine_version,
+            core=identity.engine_core,
+        )
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health, methods=["GET"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+            ]
+        )
+
+    async def _unresponsive(self) -> None:
+        """Fake-alive and dead engines never answer; the caller's timeout decides."""
+        if self.engine.health in (Health.FAKE_ALIVE, Health.DEAD):
+            await self.engine.hang()
+
+    async def health(self, request: Request) -> Response:
+        await self._unresponsive()
+        return Response(status_code=200)
+
+    async def models(self, request: Request) -> Response:
+        await self._unresponsive()
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": self.identity.model, "object": "model", "owned_by": "vllm"}],
+            }
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        await self._unresponsive()
+        return Response(exposition(self.collector), media_type="text/plain; version=0.0.4")
+
+    async def chat(self, request: Request) -> Response:
+        await self._unresponsive()
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "request body is not JSON", "BadRequestError")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "'messages' is required", "BadRequestError")
+        if body.get("model") not in (None, self.identity.model):
+            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        max_tokens = body.get("max_tokens")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            return _error(400, "max_tokens must be a positive integer", "BadRequestError")
+        action = body.get("action") if isinstance(body.get("action"), dict) else None
+        request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
+        tokens = self.engine.generate(max_tokens)
+        try:
+            first = await anext(tokens)
+        except EngineError as err:
+            return _error(err.status, str(err))
+        headers = {
+            HEADER_QUEUE_WAIT: f"{first.queue_wait_s:.6f}",
+            HEADER_POD: self.identity.pod,
+            "x-request-id": request_id,
+        }
+        if body.get("stream"):
+            return StreamingResponse(
+                self._sse(request_id, first, tokens, action),
+                media_type="text/event-stream",
+                headers=headers,
+            )
+        text = [first.text]
+        try:
+            async for tok in tokens:
+                text.append(tok.text)
+        except EngineError as err:
+            return _error(err.status, str(err))
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+        if action is not None:
+            message["tool_calls"] = [_tool_call(action)]
+        return JSONResponse(
+            {
+                "id": request_id,
+                "object": "chat.completion",
+                "model": self.identity.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+                "usage": {"completion_tokens": len(text)},
+            },
+            headers=headers,
+        )
+
+    async def _sse(
+        self,
+        request_id: str,
+        first: Token,
+        rest: AsyncIterator[Token],
+        action: dict[str, Any] | None,
+    ) -> AsyncIterator[bytes]:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            payload = {
+                "id": request_id,
+                "object": "chat.completion.chunk",
+                "model": self.identity.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        yield chunk({"role": "assistant", "content": first.text})
+        # An EngineError here propagates: the server drops the connection mid-stream,
+        # which is what a caller of a dying replica sees.
+        async for tok in rest:
+            yield chunk({"content": tok.text})
+        final: dict[str, Any] = {}
+        if action is not None:
+            final["tool_calls"] = [_tool_call(action)]
+        yield chunk(final, "length")
+        yield b"data: [DONE]\n\n"
+
+
+def _tool_call(action: dict[str, Any]) -> dict[str, Any]:
+    # The proposed action carries its operation id through, so whoever executes it
+    # can tell a replayed inference from a new request.
+    return {
+        "id": str(action.get("operation_id", "")),
+        "type": "function",
+        "function": {"name": str(action.get("kind", "action")), "arguments": "{}"},
+    }
