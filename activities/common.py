@@ -6,10 +6,12 @@ from `workflows/replica_loss.py`. Nothing here touches the outside world.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
 
@@ -77,3 +79,20 @@ class Check(BaseModel):
     passed: bool
     evidence: dict[str, Any] = Field(default_factory=dict)
     detail: str = ""
+
+
+def heartbeat(*details: object) -> None:
+    """Heartbeat when running as an activity; a no-op when called directly."""
+    if activity.in_activity():
+        activity.heartbeat(*details)
+
+
+def wait(seconds: float, *details: object) -> None:
+    """Sleep in short slices, heartbeating, so a cancelled activity notices promptly."""
+    deadline = time.monotonic() + max(0.0, seconds)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        heartbeat(*details)
+        time.sleep(min(remaining, 0.5))

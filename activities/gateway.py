@@ -166,6 +166,100 @@ class RouterWeightsResult(BaseModel):
 ROUTER_WEIGHTS_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
 
 
+def tier_spec(
+    level: int,
+    *,
+    large_model: str | None = None,
+    small_model: str | None = None,
+    small_model_context_tokens: int | None = None,
+    retry_after_s: int = 10,
+    op_id: str | None = None,
+) -> TierSpec:
+    """What the gateway enforces at `level`; every level keeps the measures below it."""
+    level = max(TIER_NONE, min(TIER_FEATURE_OFF, level))
+    spec = TierSpec(level=level, name=TIER_NAMES[level], op_id=op_id)
+    if level >= TIER_PARAMETER_DEGRADE:
+        spec.max_tokens_factor = 0.5
+        spec.stream = False
+    if level >= TIER_MODEL_FALLBACK and large_model and small_model:
+        spec.fallback_from = large_model
+        spec.fallback_to = small_model
+        spec.fallback_max_prompt_tokens = small_model_context_tokens
+    if level >= TIER_QUEUE_429:
+        spec.retry_after_s = retry_after_s
+        spec.queue_timeout_s = float(retry_after_s * 3)
+    if level >= TIER_FEATURE_OFF:
+        spec.feature_enabled = False
+    return spec
+
+
+def fallback_target(spec: TierSpec, model: str, prompt_tokens: int) -> str:
+    """The model a request goes to under `spec`: large -> small, never long context to small."""
+    if spec.fallback_from != model or spec.fallback_to is None:
+        return model
+    limit = spec.fallback_max_prompt_tokens
+    if limit is not None and prompt_tokens > limit:
+        return model
+    return spec.fallback_to
+
+
+def choose_tier(
+    pressure: PressureSummary,
+    *,
+    thresholds: TierThresholds | None = None,
+    current_level: int = TIER_NONE,
+    max_level: int = TIER_FEATURE_OFF,
+) -> TierDecision:
+    """The shedding tier for the survivors' pressure (pure; table-tested).
+
+    During an incident the tier only tightens: the current level is a floor, and loosening
+    is the rollback step's job, once the warm floor is back.
+    """
+    t = thresholds or TierThresholds()
+    wanted = TIER_NONE
+    reasons: list[str] = []
+
+    def want(level: int, reason: str) -> None:
+        nonlocal wanted
+        wanted = max(wanted, level)
+        reasons.append(reason)
+
+    if pressure.healthy_replicas <= 0:
+        want(TIER_FEATURE_OFF, "no healthy replica left")
+    if pressure.thrashing_replicas > 0:
+        want(
+            TIER_QUEUE_429,
+            f"{pressure.thrashing_replicas} replica(s) thrashing (queue up, KV full, preempting)",
+        )
+    if pressure.max_kv_cache_usage is not None and pressure.max_kv_cache_usage >= t.kv_cache_usage:
+        want(
+            TIER_MODEL_FALLBACK,
+            f"KV cache usage {pressure.max_kv_cache_usage:.2f} >= {t.kv_cache_usage:.2f}",
+        )
+    if pressure.ttft_p95_s is not None and pressure.ttft_p95_s > t.ttft_p95_s:
+        want(TIER_MODEL_FALLBACK, f"TTFT p95 {pressure.ttft_p95_s:.2f}s > {t.ttft_p95_s:.2f}s")
+    if pressure.waiting_per_replica > t.waiting_per_replica:
+        want(
+            TIER_PARAMETER_DEGRADE,
+            f"{pressure.waiting_per_replica:.1f} waiting per replica > {t.waiting_per_replica:g}",
+        )
+    if pressure.lost_fraction >= t.lost_fraction:
+        want(
+            TIER_PARAMETER_DEGRADE,
+            f"lost {pressure.lost_fraction:.0%} of the pool >= {t.lost_fraction:.0%}",
+        )
+    if current_level > wanted:
+        reasons.append(f"keeping tier {current_level} (tiers only tighten during an incident)")
+    level = max(wanted, current_level)
+    capped = level > max_level and wanted > current_level
+    if capped:
+        reasons.append(f"capped at {max_level}: tier {wanted} needs approval")
+        level = max(max_level, current_level)
+    return TierDecision(
+        level=level, name=TIER_NAMES[level], reasons=reasons, wanted_level=wanted, capped=capped
+    )
+
+
 class GatewayUnavailable(Exception):
     """The gateway's store could not be read or written."""
 

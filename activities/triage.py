@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import MutatingInput, activity_options
+from activities.metrics import MetricSnapshot
 
 Disposition = Literal["replace-gpu", "reboot-node", "restart-process", "capacity-loss", "drain"]
 FaultClass = Literal["xid", "ecc", "thermal", "driver"]
@@ -39,6 +40,8 @@ class TriageInput(MutatingInput):
     serving_namespaces: list[str] = Field(default_factory=list)
     # Xid codes already known from the alert (dmesg, DCGM labels), read with the exporter's.
     known_xids: list[int] = Field(default_factory=list)
+    # Faults the alert already named (a driver or module failure has no DCGM metric).
+    reported_faults: list[Fault] = Field(default_factory=list)
     dcgm_url: str | None = None
 
 
@@ -50,12 +53,138 @@ class TriageResult(BaseModel):
     reason: str
     per_fault: list[Classification]
     evidence: dict[str, float] = Field(default_factory=dict)
+    dcgm_error: str | None = None
     cordoned: bool
     qualified_label: str
     applied_now: bool
 
 
 TRIAGE_OPTIONS = activity_options(start_to_close=120, max_attempts=5)
+
+
+# ---------------------------------------------------------------------------- classification
+
+RUNBOOK_GPU_FAULT = "gpu-fault"
+RUNBOOK_THERMAL = "thermal-emergency"
+RUNBOOK_DRIVER = "driver-module-load-failure"
+
+# Xid -> (disposition, why). The dispositions follow NVIDIA's Xid catalogue and seed 002
+# (section 10.2); an Xid not listed drains the node for a human, the safe unknown.
+XID_TABLE: dict[int, tuple[Disposition, str]] = {
+    13: ("restart-process", "graphics engine exception: application or driver bug"),
+    31: ("restart-process", "GPU memory page fault: application or driver bug"),
+    43: ("restart-process", "GPU stopped processing: application or driver bug"),
+    45: ("restart-process", "preemptive cleanup after an earlier error"),
+    48: ("replace-gpu", "double-bit ECC error"),
+    61: ("reboot-node", "internal micro-controller breakpoint"),
+    62: ("reboot-node", "internal micro-controller halt"),
+    63: ("capacity-loss", "ECC page retirement or row remap recorded: memory capacity lost"),
+    64: ("replace-gpu", "ECC page retirement or row remap failed"),
+    74: ("drain", "NVLink error: multi-GPU replicas on this node are unsafe"),
+    79: ("reboot-node", "GPU has fallen off the bus"),
+    92: ("drain", "high single-bit ECC error rate: the memory is degrading"),
+    94: ("restart-process", "contained ECC error: only the affected process is lost"),
+    95: ("reboot-node", "uncontained ECC error: the GPU needs a reset"),
+    119: ("reboot-node", "GSP RPC timeout"),
+    120: ("reboot-node", "GSP error"),
+}
+
+# Worst first: when a node shows several faults, the most drastic disposition wins.
+DISPOSITION_ORDER: tuple[Disposition, ...] = (
+    "replace-gpu",
+    "reboot-node",
+    "drain",
+    "capacity-loss",
+    "restart-process",
+)
+
+THERMAL_LIMIT_C = 85.0
+
+
+def classify_fault(fault: Fault) -> Classification:
+    """Disposition and owning runbook of one fault (pure; table-tested)."""
+    if fault.fault_class == "xid":
+        if fault.xid is None:
+            return Classification(
+                disposition="drain", runbook=RUNBOOK_GPU_FAULT, reason="Xid without a code"
+            )
+        disposition, why = XID_TABLE.get(fault.xid, ("drain", "Xid not in the table"))
+        return Classification(
+            disposition=disposition, runbook=RUNBOOK_GPU_FAULT, reason=f"Xid {fault.xid}: {why}"
+        )
+    if fault.fault_class == "ecc":
+        uncorrectable = "uncorrectable" in fault.detail or "double-bit" in fault.detail
+        return Classification(
+            disposition="replace-gpu" if uncorrectable else "drain",
+            runbook=RUNBOOK_GPU_FAULT,
+            reason=f"ECC: {fault.detail or 'errors reported'}",
+        )
+    if fault.fault_class == "thermal":
+        return Classification(
+            disposition="drain",
+            runbook=RUNBOOK_THERMAL,
+            reason=f"thermal: {fault.detail or 'over temperature'}",
+        )
+    return Classification(
+        disposition="reboot-node",
+        runbook=RUNBOOK_DRIVER,
+        reason=f"driver: {fault.detail or 'driver or module failure'}",
+    )
+
+
+def classify_node(faults: list[Fault]) -> tuple[Classification, list[Classification]]:
+    """The node's disposition: the worst of its faults' (drain when nothing was found)."""
+    per_fault = [classify_fault(f) for f in faults]
+    if not per_fault:
+        # The node was lost and shows nothing: it still needs qualification before serving.
+        return (
+            Classification(
+                disposition="drain",
+                runbook=RUNBOOK_GPU_FAULT,
+                reason="no fault visible: qualify before return",
+            ),
+            [],
+        )
+    worst = min(per_fault, key=lambda c: DISPOSITION_ORDER.index(c.disposition))
+    return worst, per_fault
+
+
+def faults_from_dcgm(
+    snapshot: MetricSnapshot, known_xids: list[int] | None = None
+) -> tuple[list[Fault], dict[str, float]]:
+    """Faults in one DCGM exporter scrape, and the numbers they were read from."""
+    faults: list[Fault] = []
+    evidence: dict[str, float] = {}
+    seen_xids: set[tuple[str | None, int]] = set()
+    for labels, value in snapshot.samples.get("DCGM_FI_DEV_XID_ERRORS", []):
+        gpu = labels.get("gpu")
+        if value > 0:
+            evidence[f"xid.gpu{gpu}"] = value
+            seen_xids.add((gpu, int(value)))
+            faults.append(Fault(fault_class="xid", gpu=gpu, xid=int(value)))
+    for xid in known_xids or []:
+        if not any(code == xid for _, code in seen_xids):
+            faults.append(Fault(fault_class="xid", xid=xid, detail="from the alert"))
+    for name in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"):
+        for labels, value in snapshot.samples.get(name, []):
+            if value > 0:
+                gpu = labels.get("gpu")
+                evidence[f"ecc_dbe.gpu{gpu}"] = value
+                faults.append(
+                    Fault(fault_class="ecc", gpu=gpu, detail=f"uncorrectable {value:g} ({name})")
+                )
+    for labels, value in snapshot.samples.get("DCGM_FI_DEV_GPU_TEMP", []):
+        gpu = labels.get("gpu")
+        evidence[f"temp_c.gpu{gpu}"] = value
+        if value >= THERMAL_LIMIT_C:
+            faults.append(
+                Fault(
+                    fault_class="thermal",
+                    gpu=gpu,
+                    detail=f"{value:g} C >= {THERMAL_LIMIT_C:g} C",
+                )
+            )
+    return faults, evidence
 
 
 class TriageActivities:
