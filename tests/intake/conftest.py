@@ -1,0 +1,98 @@
+"""Builders for Alertmanager payloads and an intake wired to the real Temporal dev server."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from temporalio.client import Client, WorkflowExecution
+from temporalio.testing import WorkflowEnvironment
+
+from worker.intake import IntakeOptions, create_app
+from worker.settings import Settings, load_settings
+
+TOKEN = "test-token-7c1e"  # test-only credential, never a real secret
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def alert(
+    *,
+    status: str = "firing",
+    starts_at: str = "2026-11-29T08:00:00Z",
+    fingerprint: str | None = None,
+    **labels: str,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "status": status,
+        "labels": {"alertname": "FleetmendPodNotReady", **labels},
+        "annotations": {"summary": "a replica left the ready set"},
+        "startsAt": starts_at,
+        "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2026-11-29T08:10:00Z",
+        "generatorURL": "http://prometheus.example/graph",
+    }
+    if fingerprint is not None:
+        body["fingerprint"] = fingerprint
+    return body
+
+
+def notification(*alerts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A version-4 notification as Alertmanager 0.25+ sends it (plus newer keys)."""
+    status = "firing" if any(a.get("status") == "firing" for a in alerts) else "resolved"
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="FleetmendPodNotReady"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "fleetmend",
+        "groupLabels": {"alertname": "FleetmendPodNotReady"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager.example",
+        "alerts": list(alerts),
+        **extra,
+    }
+
+
+@dataclass
+class Intake:
+    http: httpx.AsyncClient
+    settings: Settings
+    temporal: Client
+    app: Any
+
+    async def post(self, payload: Any, *, token: str | None = TOKEN) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return await self.http.post("/alertmanager", json=payload, headers=headers)
+
+    async def runs(self, workflow_id: str) -> list[WorkflowExecution]:
+        return [wf async for wf in self.temporal.list_workflows(f"WorkflowId = '{workflow_id}'")]
+
+
+@pytest_asyncio.fixture
+async def intake(local_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Intake]:
+    settings = load_settings(intake_token=TOKEN, task_queue=task_queue)
+    app = create_app(settings, client=local_env.client, options=IntakeOptions())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://intake"
+    ) as http:
+        yield Intake(http=http, settings=settings, temporal=local_env.client, app=app)
+
+
+@pytest.fixture
+def pool() -> str:
+    return unique("pool")
