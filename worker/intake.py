@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -63,6 +63,9 @@ from worker.alerts import (
     map_alert,
 )
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from ledger.store import Ledger
 from workflows.types import (
     SIGNAL_ALERT_RESOLVED,
     SIGNAL_REPLICA_LOST,
@@ -631,8 +634,10 @@ def _route_label(path: str) -> str:
     # Bounded label values: an operation id in the path must not become a new series.
     if path in _ROUTES_TIMED:
         return path
-    if path.startswith("/actions/") and path.endswith("/result"):
-        return "/actions/{operation_id}/result"
+    if path.startswith("/actions/"):
+        for verb in ("result", "abandon"):
+            if path.endswith(f"/{verb}"):
+                return f"/actions/{{operation_id}}/{verb}"
     return "other"
 
 
@@ -642,11 +647,11 @@ def create_app(
     options: IntakeOptions | None = None,
     mapping: LabelMapping | None = None,
     client: Client | None = None,
-    actions: Any = None,
+    actions: Ledger | None = None,
 ) -> Starlette:
     """Build the intake. `client` is for tests; production connects lazily from settings.
 
-    `actions` is the ledger's action boundary behind `POST /actions` (None: answers 503).
+    `actions` is the ledger behind `POST /actions` (None: those endpoints answer 503).
     """
     if settings.intake_token is None and settings.intake_basic_user is None:
         raise ValueError(
@@ -670,7 +675,11 @@ def create_app(
         basic=basic,
     )
 
-    from worker.intake_actions import action_result_endpoint, actions_endpoint
+    from worker.intake_actions import (
+        action_abandon_endpoint,
+        action_result_endpoint,
+        actions_endpoint,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -687,6 +696,9 @@ def create_app(
             Route("/alertmanager", alertmanager, methods=["POST"]),
             Route("/actions", actions_endpoint, methods=["POST"]),
             Route("/actions/{operation_id:path}/result", action_result_endpoint, methods=["POST"]),
+            Route(
+                "/actions/{operation_id:path}/abandon", action_abandon_endpoint, methods=["POST"]
+            ),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
@@ -705,4 +717,10 @@ def build_app_from_env() -> Starlette:
     """uvicorn factory (`uvicorn --factory worker.intake:build_app_from_env`)."""
     from worker.settings import load_settings
 
-    return create_app(load_settings())
+    settings = load_settings()
+    ledger = None
+    if settings.database_url is not None:
+        from ledger.store import Ledger
+
+        ledger = Ledger.connect(settings.database_url, pool_size=4)
+    return create_app(settings, actions=ledger)

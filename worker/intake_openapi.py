@@ -14,7 +14,13 @@ from pydantic import BaseModel
 
 from worker.alerts import AlertmanagerWebhook
 from worker.intake import ErrorBody, IntakeResult
-from worker.intake_actions import ActionDecision, ActionProposal, ActionResultReport
+from worker.intake_actions import (
+    ActionAbandon,
+    ActionDecision,
+    ActionOutcome,
+    ActionResultReport,
+    ActionSpec,
+)
 
 _REF = "#/components/schemas/{model}"
 
@@ -41,8 +47,12 @@ _SECURED: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    schemas = _collect([AlertmanagerWebhook, ActionProposal, ActionResultReport], "validation")
-    schemas.update(_collect([IntakeResult, ErrorBody, ActionDecision], "serialization"))
+    schemas = _collect(
+        [AlertmanagerWebhook, ActionSpec, ActionResultReport, ActionAbandon], "validation"
+    )
+    schemas.update(
+        _collect([IntakeResult, ErrorBody, ActionDecision, ActionOutcome], "serialization")
+    )
     health = {
         "type": "object",
         "properties": {"status": {"type": "string"}, "temporal": {"type": "string"}},
@@ -95,11 +105,28 @@ def openapi_document() -> dict[str, Any]:
                     "operationId": "propose_action",
                     "summary": "Propose an action by operation id: execute, or already executed.",
                     "security": _SECURED,
-                    "requestBody": {"required": True, "content": _json("ActionProposal")},
+                    "requestBody": {"required": True, "content": _json("ActionSpec")},
                     "responses": {
-                        "200": {"description": "The decision.", "content": _json("ActionDecision")},
+                        "200": {
+                            "description": "execute, already_executed (with the result), failed.",
+                            "content": _json("ActionDecision"),
+                        },
                         "400": _error("The body is not JSON."),
                         "401": _error("No or wrong credentials."),
+                        "409": {
+                            "description": "in_progress (Retry-After), or the op id names "
+                            "another operation.",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "oneOf": [
+                                            {"$ref": _REF.format(model="ActionDecision")},
+                                            {"$ref": _REF.format(model="ErrorBody")},
+                                        ]
+                                    }
+                                }
+                            },
+                        },
                         "413": _error("The body is too large."),
                         "422": _error("The proposal is invalid; `field` names what."),
                         "503": _error("The ledger is not reachable or not configured."),
@@ -108,7 +135,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "/actions/{operation_id}/result": {
                 "post": {
-                    "operationId": "record_action_result",
+                    "operationId": "result_action",
                     "summary": "Record the result of an executed action.",
                     "security": _SECURED,
                     "parameters": [
@@ -121,12 +148,42 @@ def openapi_document() -> dict[str, Any]:
                     ],
                     "requestBody": {"required": True, "content": _json("ActionResultReport")},
                     "responses": {
-                        "200": {"description": "Recorded.", "content": _json("ActionDecision")},
+                        "200": {"description": "Recorded.", "content": _json("ActionOutcome")},
                         "400": _error("The body is not JSON."),
                         "401": _error("No or wrong credentials."),
                         "404": _error("No such operation was proposed."),
+                        "409": _error("The operation's state does not allow it."),
                         "413": _error("The body is too large."),
-                        "422": _error("The result is invalid."),
+                        "422": _error("The request is invalid."),
+                        "503": _error("The ledger is not reachable or not configured."),
+                    },
+                }
+            },
+            "/actions/{operation_id}/abandon": {
+                "post": {
+                    "operationId": "abandon_action",
+                    "summary": "Release (or fail for good) an action that was not executed.",
+                    "security": _SECURED,
+                    "parameters": [
+                        {
+                            "name": "operation_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "requestBody": {"required": True, "content": _json("ActionAbandon")},
+                    "responses": {
+                        "200": {
+                            "description": "Released or failed.",
+                            "content": _json("ActionOutcome"),
+                        },
+                        "400": _error("The body is not JSON."),
+                        "401": _error("No or wrong credentials."),
+                        "404": _error("No such operation was proposed."),
+                        "409": _error("The operation's state does not allow it."),
+                        "413": _error("The body is too large."),
+                        "422": _error("The request is invalid."),
                         "503": _error("The ledger is not reachable or not configured."),
                     },
                 }
