@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fleetsim.actions import ActionSink
 from fleetsim.engine import Engine, EngineError, Health, Token
 from fleetsim.vllm_metrics import VllmCollector, exposition
 
@@ -51,9 +52,12 @@ def _error(status: int, message: str, kind: str = "InternalServerError") -> JSON
 
 
 class Replica:
-    def __init__(self, identity: ReplicaIdentity, engine: Engine) -> None:
+    def __init__(
+        self, identity: ReplicaIdentity, engine: Engine, *, actions: ActionSink | None = None
+    ) -> None:
         self.identity = identity
         self.engine = engine
+        self.actions = actions
         self.collector = VllmCollector(
             engine,
             model_name=identity.model,
@@ -106,7 +110,7 @@ class Replica:
             return _error(400, "max_tokens must be a positive integer", "BadRequestError")
         action = body.get("action") if isinstance(body.get("action"), dict) else None
         request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
-        tokens = self.engine.generate(max_tokens)
+        tokens = self._with_action(self.engine.generate(max_tokens), action, max_tokens)
         try:
             first = await anext(tokens)
         except EngineError as err:
@@ -141,6 +145,20 @@ class Replica:
             },
             headers=headers,
         )
+
+    async def _with_action(
+        self,
+        tokens: AsyncIterator[Token],
+        action: dict[str, Any] | None,
+        max_tokens: int | None,
+    ) -> AsyncIterator[Token]:
+        # The serving side executes the tool call half-way through generation: after
+        # the first byte, before the end, where a crash makes a replay dangerous.
+        n = self.engine.config.tokens if max_tokens is None else max_tokens
+        async for tok in tokens:
+            if action is not None and self.actions is not None and tok.index == n // 2:
+                self.actions.execute(str(action.get("operation_id", "")))
+            yield tok
 
     async def _sse(
         self,

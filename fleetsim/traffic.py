@@ -1,0 +1,96 @@
+"""Open-loop request arrivals into the router, one stream per scenario `traffic` entry.
+
+Started by `Fleet` for each `Traffic` in the scenario. Arrivals are a seeded Poisson
+process in simulated time at `rate * surge` requests/s (the demand-surge fault raises
+`surge` for a while), so the same scenario produces the same arrival pattern. Each
+request is its own task: arrivals do not wait for completions, as real callers do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from fleetsim.clock import Clock
+from fleetsim.router import Router, TrafficRequest
+from fleetsim.scenario import Traffic
+
+# Arrivals closer together than this are released together, so high rates on a fast
+# clock do not cost one timer per request.
+_MIN_TICK_S = 0.01
+
+
+@dataclass
+class Surge:
+    factor: float
+    until: float
+
+
+class TrafficGenerator:
+    def __init__(self, spec: Traffic, router: Router, clock: Clock, *, seed: int = 0) -> None:
+        self.spec = spec
+        self.router = router
+        self.clock = clock
+        self._random = random.Random(seed)
+        self._surges: list[Surge] = []
+        self._tasks: set[asyncio.Task[str]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self._seq = 0
+        self.name = f"{spec.namespace}/{spec.pool}"
+
+    def surge(self, factor: float, duration_s: float | None) -> None:
+        until = self.clock.now() + duration_s if duration_s else float("inf")
+        self._surges.append(Surge(factor, until))
+
+    def rate(self) -> float:
+        now = self.clock.now()
+        self._surges = [s for s in self._surges if s.until > now]
+        factor = 1.0
+        for s in self._surges:
+            factor *= s.factor
+        return self.spec.rate * factor
+
+    def start(self) -> None:
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run(), name=f"traffic {self.name}")
+
+    async def stop(self, *, drain: bool = False) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+            self._runner = None
+        if drain:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self) -> None:
+        due = 0.0
+        while True:
+            due += self._random.expovariate(self.rate())
+            if due >= _MIN_TICK_S:
+                await self.clock.sleep(due)
+                due = 0.0
+            self._fire()
+
+    def _fire(self) -> None:
+        self._seq += 1
+        spec = self.spec
+        rnd = self._random
+        req = TrafficRequest(
+            id=f"{spec.pool}-{self._seq}",
+            namespace=spec.namespace,
+            service=spec.pool,
+            stream=rnd.random() < spec.stream_fraction,
+            priority="low" if rnd.random() < 0.5 else "high",
+            action_id=f"{spec.pool}/req-{self._seq}/action"
+            if rnd.random() < spec.action_fraction
+            else None,
+            deadline_s=spec.deadline_s,
+            timeout_s=spec.request_timeout_s,
+        )
+        task = asyncio.create_task(self.router.handle(req))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
