@@ -1,0 +1,706 @@
+"""The operation-id ledger: every external effect is proposed, applied and confirmed at most once.
+
+Called from `activities.effects.EffectRunner` (fleetmend's own remediation effects) and
+from the intake's action endpoint (actions applications propose from inference
+requests). Temporal runs activities at least once; this module turns that into "applied
+once" for each caller-chosen operation id.
+
+How `run_once(spec, apply, confirm)` goes:
+
+1. *Propose and claim* (one transaction): ``INSERT ... ON CONFLICT (op_id) DO NOTHING``,
+   then a conditional ``UPDATE`` that claims the operation only while it is `proposed` and
+   no other worker holds a live lease (``claim_expires_at > now()``). Postgres serialises
+   the two racers' UPDATEs on the row; the loser re-reads the committed row, sees the
+   lease and does not claim. Exactly one worker holds a live claim at a time.
+2. *Apply*: only the claim holder calls ``apply(op_id)``. Everyone else waits for the
+   holder to record its result, or takes over once its lease expired.
+3. *Record applied* (own transaction, committed before anything else happens).
+4. *Confirm*: ``confirm(op_id)`` returns evidence once the observed state shows the
+   effect; the ledger records `confirmed` with it. Without evidence the operation stays
+   `applied` and a later attempt, or the reconciler, confirms it.
+
+Crash windows, and how each is closed:
+
+- *Before the proposal commits*: nothing recorded, nothing applied; the retry starts over.
+- *proposed, not applied* (crash after the claim, before or during ``apply``): the row
+  is `proposed` with ``attempts >= 1`` and a lease that runs out. The retry claims it once
+  the lease has expired (an exception in ``apply`` releases the lease at once) and
+  applies. If nobody retries, reconciliation reports it as an orphan after the grace.
+- *applied, not recorded* (the effect happened, the process died before step 3): the
+  ledger cannot know; no transaction spans Postgres and Kubernetes. Two guards close it.
+  First, a retry that claims an operation a previous attempt had claimed asks
+  ``confirm(op_id)`` before applying: if the effect is already visible, it is recorded
+  as applied and confirmed and ``apply`` is not called. Second, ``apply`` receives the op
+  id and must itself be idempotent: for Kubernetes it stamps the op id on the object (an
+  annotation) in the same write as the effect, and checks the stamp before acting, so a
+  re-run finds the stamp and returns the observed state without acting again.
+- *recorded, not confirmed*: the row is `applied`. A retry never re-applies an applied
+  operation; it only runs ``confirm`` again. If the effect never shows, reconciliation
+  reports the operation as an orphan after the grace period.
+- *a slow worker outlives its lease*: a second worker takes over and calls the
+  idempotent ``apply``; whichever records first wins, the other's record is a no-op.
+
+States: proposed -> applied -> confirmed; failed (``apply`` raised PermanentEffectError,
+or `fail()`); compensated (an operation whose ``compensates`` names this one was
+applied). A failed or compensated operation is never applied again under the same op id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, Engine, Row, create_engine, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from ledger.errors import (
+    InvalidOperationSpec,
+    InvalidTransition,
+    OperationConflict,
+    OperationFailed,
+    OperationInProgress,
+    PermanentEffectError,
+    UnknownOperation,
+)
+from ledger.models import incidents, operations
+from ledger.spec import ActionSpec, OperationSpec, json_safe, validate_spec
+
+Apply = Callable[[str], Mapping[str, Any] | None]
+Confirm = Callable[[str], Mapping[str, Any] | None]
+
+_o = operations.c
+_CLAIM_REMAINING = func.extract("epoch", _o.claim_expires_at - func.now()).label("claim_remaining")
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    """A snapshot of one operation row."""
+
+    op_id: str
+    incident_id: str | None
+    origin: str
+    kind: str
+    target: str
+    intent: dict[str, Any]
+    state: str
+    compensates: str | None
+    dry_run: bool
+    emergency: bool
+    attempts: int
+    proposed_at: datetime
+    applied_at: datetime | None
+    confirmed_at: datetime | None
+    failed_at: datetime | None
+    compensated_at: datetime | None
+    updated_at: datetime
+    result: dict[str, Any] | None
+    evidence: dict[str, Any] | None
+    error: str | None
+    claim_expires_at: datetime | None
+    claim_remaining: float | None = None  # seconds left on another worker's lease, if any
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> OperationRecord:
+        m = row._mapping
+        remaining = m.get("claim_remaining")
+        return cls(
+            op_id=m["op_id"],
+            incident_id=m["incident_id"],
+            origin=m["origin"],
+            kind=m["kind"],
+            target=m["target"],
+            intent=m["intent"],
+            state=m["state"],
+            compensates=m["compensates"],
+            dry_run=m["dry_run"],
+            emergency=m["emergency"],
+            attempts=m["attempts"],
+            proposed_at=m["proposed_at"],
+            applied_at=m["applied_at"],
+            confirmed_at=m["confirmed_at"],
+            failed_at=m["failed_at"],
+            compensated_at=m["compensated_at"],
+            updated_at=m["updated_at"],
+            result=m["result"],
+            evidence=m["evidence"],
+            error=m["error"],
+            claim_expires_at=m["claim_expires_at"],
+            claim_remaining=None if remaining is None else float(remaining),
+        )
+
+    @property
+    def claim_live(self) -> bool:
+        return self.claim_remaining is not None and self.claim_remaining > 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The right to apply a proposed operation until the lease expires."""
+
+    op_id: str
+    token: str
+    attempt: int  # 1 for the first claim; more means an earlier attempt did not record
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    record: OperationRecord
+    applied_now: bool  # this call invoked apply and recorded it
+    # An earlier attempt's effect was found by confirm() and recorded without re-applying.
+    recovered: bool = False
+
+    @property
+    def op_id(self) -> str:
+        return self.record.op_id
+
+    @property
+    def state(self) -> str:
+        return self.record.state
+
+
+class ActionDecision(BaseModel):
+    """The ledger's answer to an application proposing an action (the intake returns it as JSON).
+
+    execute: you hold the claim; run the action, then `complete_action` with its result.
+    already_executed: it ran before; `result` is what it returned. Do not run it again.
+    in_progress: another caller holds the claim; ask again after `retry_after` seconds.
+    failed: it was recorded as failed (`error`); it will not be run under this op id.
+    """
+
+    op_id: str
+    decision: Literal["execute", "already_executed", "in_progress", "failed"]
+    claim_token: str | None = None
+    attempt: int = 0
+    result: dict[str, Any] | None = None
+    retry_after: float | None = None
+    error: str | None = None
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Ledger:
+    """The ledger over one SQLAlchemy engine (postgresql+psycopg). Thread-safe.
+
+    `lease`: seconds a claim stays exclusive; choose it above the slowest apply. `wait`:
+    how long `run_once` waits for another worker's live claim before raising
+    OperationInProgress (a temporary error: retry later).
+    """
+
+    def __init__(self, engine: Engine, *, lease: float = 60.0, wait: float = 30.0) -> None:
+        if engine.dialect.name != "postgresql":
+            raise ValueError(f"the ledger is PostgreSQL only, not {engine.dialect.name}")
+        self.engine = engine
+        self.lease = lease
+        self.wait = wait
+        self._owns_engine = False
+        self._known_incidents: set[str] = set()
+
+    @classmethod
+    def connect(cls, database_url: str, *, pool_size: int = 8, **options: Any) -> Ledger:
+        """A ledger with its own engine (closed by `close()`)."""
+        engine = create_engine(
+            database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+        ledger = cls(engine, **options)
+        ledger._owns_engine = True
+        return ledger
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+    # ----------------------------------------------------------------- incidents
+
+    def open_incident(
+        self,
+        incident_id: str,
+        *,
+        summary: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record an incident (idempotent; a later summary or attributes update it)."""
+        values: dict[str, Any] = {"incident_id": incident_id}
+        updates: dict[str, Any] = {}
+        if summary is not None:
+            values["summary"] = updates["summary"] = summary
+        if attributes is not None:
+            values["attributes"] = updates["attributes"] = json_safe(attributes)
+        stmt = pg_insert(incidents).values(values)
+        stmt = (
+            stmt.on_conflict_do_update(index_elements=["incident_id"], set_=updates)
+            if updates
+            else stmt.on_conflict_do_nothing(index_elements=["incident_id"])
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+        self._known_incidents.add(incident_id)
+
+    def close_incident(self, incident_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(incidents)
+                .where(incidents.c.incident_id == incident_id, incidents.c.closed_at.is_(None))
+                .values(closed_at=func.now())
+            )
+
+    # ------------------------------------------------------------- primitives
+
+    def get(self, op_id: str) -> OperationRecord | None:
+        with self.engine.connect() as conn:
+            return self._select(conn, op_id)
+
+    def operations(self, incident_id: str) -> list[OperationRecord]:
+        """The incident's operations in the order they were proposed."""
+        stmt = (
+            select(operations, _CLAIM_REMAINING)
+            .where(_o.incident_id == incident_id)
+            .order_by(_o.proposed_at, _o.op_id)
+        )
+        with self.engine.connect() as conn:
+            return [OperationRecord.from_row(row) for row in conn.execute(stmt)]
+
+    def propose(self, spec: OperationSpec | Mapping[str, Any]) -> OperationRecord:
+        """Record the proposal (idempotent). Refuses a bad spec, writing nothing."""
+        valid = validate_spec(OperationSpec, spec)
+        record, _ = self._propose(_effect_values(valid), claim=False)
+        return record
+
+    def claim(self, op_id: str) -> Claim | None:
+        """Claim a proposed operation for `lease` seconds; None if it is not claimable now."""
+        with self.engine.begin() as conn:
+            row = self._claim(conn, op_id)
+        return None if row is None else _claim_of(row)
+
+    def release(self, op_id: str, claim_token: str, *, error: str | None = None) -> None:
+        """Give a claim back without applying (so the next attempt need not wait the lease)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(operations)
+                .where(_o.op_id == op_id, _o.claim_token == claim_token, _o.state == "proposed")
+                .values(
+                    claim_token=None,
+                    claim_expires_at=None,
+                    error=error,
+                    updated_at=func.now(),
+                )
+            )
+
+    def mark_applied(self, op_id: str, result: Mapping[str, Any] | None = None) -> OperationRecord:
+        """proposed -> applied, with what apply observed. Idempotent: first record wins."""
+        stmt = (
+            update(operations)
+            .where(_o.op_id == op_id, _o.state == "proposed", _o.dry_run.is_(False))
+            .values(
+                state="applied",
+                applied_at=func.now(),
+                result=json_safe(result),
+                claim_token=None,
+                claim_expires_at=None,
+                error=None,
+                updated_at=func.now(),
+            )
+            .returning(operations)
+        )
+        return self._transition(stmt, op_id, "applied", done=("applied", "confirmed"))
+
+    def confirm(
+        self,
+        op_id: str,
+        evidence: Mapping[str, Any],
+        *,
+        result: Mapping[str, Any] | None = None,
+    ) -> OperationRecord:
+        """proposed|applied -> confirmed, with the observed evidence. Idempotent.
+
+        Confirming a `proposed` operation records it as applied too: the evidence shows an
+        effect whose applied record was lost (the applied-not-recorded window).
+        """
+        values: dict[str, Any] = {
+            "state": "confirmed",
+            "applied_at": func.coalesce(_o.applied_at, func.now()),
+            "confirmed_at": func.now(),
+            "evidence": json_safe(evidence),
+            "claim_token": None,
+            "claim_expires_at": None,
+            "updated_at": func.now(),
+        }
+        if result is not None:
+            values["result"] = json_safe(result)
+        stmt = (
+            update(operations)
+            .where(
+                _o.op_id == op_id,
+                _o.state.in_(("proposed", "applied")),
+                _o.dry_run.is_(False),
+            )
+            .values(values)
+            .returning(operations)
+        )
+        return self._transition(stmt, op_id, "confirmed", done=("confirmed",))
+
+    def fail(self, op_id: str, error: str) -> OperationRecord:
+        """proposed|applied -> failed. The op id is never applied again."""
+        stmt = (
+            update(operations)
+            .where(_o.op_id == op_id, _o.state.in_(("proposed", "applied")))
+            .values(
+                state="failed",
+                failed_at=func.now(),
+                error=error,
+                claim_token=None,
+                claim_expires_at=None,
+                updated_at=func.now(),
+            )
+            .returning(operations)
+        )
+        return self._transition(stmt, op_id, "failed", done=("failed",))
+
+    def compensate(self, op_id: str, *, by: str) -> OperationRecord:
+        """Mark `op_id` compensated by operation `by`, which must name it in `compensates`.
+
+        `run_once` does this by itself when a compensating operation is applied.
+        """
+        with self.engine.begin() as conn:
+            undoing = self._select(conn, by)
+            if undoing is None:
+                raise UnknownOperation(by, field="by")
+            if undoing.compensates != op_id:
+                raise InvalidOperationSpec(
+                    "compensates", f"op {by!r} compensates {undoing.compensates!r}, not {op_id!r}"
+                )
+            self._mark_compensated(conn, op_id)
+            record = self._select(conn, op_id)
+        assert record is not None  # the foreign key guarantees it
+        return record
+
+    # ---------------------------------------------------------------- run once
+
+    def run_once(
+        self,
+        spec: OperationSpec | Mapping[str, Any],
+        apply: Apply,
+        confirm: Confirm | None = None,
+        *,
+        wait: float | None = None,
+        on_wait: Callable[[], None] | None = None,
+    ) -> RunOutcome:
+        """Apply the operation at most once across all workers and retries.
+
+        `apply(op_id)` performs the effect idempotently (stamping the op id) and returns the
+        observed result. `confirm(op_id)` returns evidence once the effect is visible, else
+        None. `on_wait` is called while waiting on another worker's claim (heartbeats).
+        Raises InvalidOperationSpec (nothing written), OperationConflict, OperationFailed,
+        OperationInProgress (temporary), or what `apply` raised.
+        """
+        valid = validate_spec(OperationSpec, spec)
+        record, claim = self._propose(_effect_values(valid), claim=not valid.dry_run)
+        if claim is None:
+            record, claim = self._wait_for_claim(record, wait, on_wait)
+        if claim is None:
+            if record.state == "applied" and confirm is not None:
+                record = self._confirm_with(record, confirm)
+            return RunOutcome(record, applied_now=False)
+        return self._apply_claimed(claim, apply, confirm)
+
+    def _wait_for_claim(
+        self,
+        record: OperationRecord,
+        wait: float | None,
+        on_wait: Callable[[], None] | None,
+    ) -> tuple[OperationRecord, Claim | None]:
+        """Until the operation is settled (returns no claim) or ours to apply (a claim)."""
+        deadline = time.monotonic() + (self.wait if wait is None else wait)
+        delay = 0.002
+        while True:
+            if record.state == "failed":
+                raise OperationFailed(record.op_id, record.error)
+            if record.state != "proposed" or record.dry_run:
+                return record, None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OperationInProgress(record.op_id, retry_after=record.claim_remaining or 0)
+            if on_wait is not None:
+                on_wait()
+            time.sleep(min(delay, remaining, max(record.claim_remaining or 0, 0.001)))
+            delay = min(delay * 1.5, 0.1)
+            with self.engine.begin() as conn:
+                current = self._select(conn, record.op_id)
+                assert current is not None  # operations are never deleted
+                record = current
+                if record.state == "proposed" and not record.claim_live and not record.dry_run:
+                    row = self._claim(conn, record.op_id)
+                    if row is not None:
+                        return OperationRecord.from_row(row), _claim_of(row)
+
+    def _apply_claimed(self, claim: Claim, apply: Apply, confirm: Confirm | None) -> RunOutcome:
+        op_id = claim.op_id
+        try:
+            if claim.attempt > 1 and confirm is not None:
+                # An earlier attempt claimed it and never recorded: its effect may be there.
+                evidence = confirm(op_id)
+                if evidence is not None:
+                    record = self.confirm(op_id, evidence)
+                    return RunOutcome(record, applied_now=False, recovered=True)
+            result = apply(op_id)
+        except PermanentEffectError as exc:
+            self.fail(op_id, f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException as exc:
+            self.release(op_id, claim.token, error=f"attempt {claim.attempt}: {exc!r}"[:2000])
+            raise
+        record = self.mark_applied(op_id, result)
+        if confirm is not None and record.state == "applied":
+            record = self._confirm_with(record, confirm)
+        return RunOutcome(record, applied_now=True)
+
+    def _confirm_with(self, record: OperationRecord, confirm: Confirm) -> OperationRecord:
+        evidence = confirm(record.op_id)
+        return record if evidence is None else self.confirm(record.op_id, evidence)
+
+    # ---------------------------------------------------- action boundary
+
+    def propose_action(self, spec: ActionSpec | Mapping[str, Any]) -> ActionDecision:
+        """An application asks whether to execute an action: "execute" or "already executed".
+
+        HTTP mapping (the intake): POST /actions with the ActionSpec as JSON -> 200 with this
+        decision; `in_progress` -> 409 with Retry-After; a bad spec -> 422 naming the field.
+        """
+        valid = validate_spec(ActionSpec, spec)
+        record, claim = self._propose(_action_values(valid), claim=True)
+        if claim is not None:
+            return ActionDecision(
+                op_id=claim.op_id,
+                decision="execute",
+                claim_token=claim.token,
+                attempt=claim.attempt,
+            )
+        return _decision(record)
+
+    def complete_action(
+        self, op_id: str, result: Mapping[str, Any] | None = None
+    ) -> OperationRecord:
+        """The application executed the action: record its result (applied and confirmed).
+
+        Idempotent: a second completion keeps the first result.
+        """
+        return self.confirm(op_id, json_safe(result), result=json_safe(result))
+
+    def abandon_action(
+        self, op_id: str, *, claim_token: str, error: str, permanent: bool = False
+    ) -> OperationRecord:
+        """The action did not run: release the claim for a retry, or fail it for good."""
+        if permanent:
+            return self.fail(op_id, error)
+        self.release(op_id, claim_token, error=error)
+        record = self.get(op_id)
+        if record is None:
+            raise UnknownOperation(op_id)
+        return record
+
+    def run_action(
+        self, spec: ActionSpec | Mapping[str, Any], execute: Apply, *, wait: float | None = None
+    ) -> RunOutcome:
+        """In-process form of the action boundary: execute once, else return the earlier result."""
+        valid = validate_spec(ActionSpec, spec)
+        record, claim = self._propose(_action_values(valid), claim=True)
+        if claim is None:
+            record, claim = self._wait_for_claim(record, wait, None)
+        if claim is None:
+            return RunOutcome(record, applied_now=False)
+        try:
+            result = execute(claim.op_id)
+        except PermanentEffectError as exc:
+            self.fail(claim.op_id, f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException as exc:
+            self.release(claim.op_id, claim.token, error=repr(exc)[:2000])
+            raise
+        return RunOutcome(self.complete_action(claim.op_id, result), applied_now=True)
+
+    # --------------------------------------------------------------- internals
+
+    def _propose(
+        self, values: dict[str, Any], *, claim: bool
+    ) -> tuple[OperationRecord, Claim | None]:
+        op_id = values["op_id"]
+        incident_id = values["incident_id"]
+        with self.engine.begin() as conn:
+            if incident_id is not None and incident_id not in self._known_incidents:
+                conn.execute(
+                    pg_insert(incidents)
+                    .values(incident_id=incident_id)
+                    .on_conflict_do_nothing(index_elements=["incident_id"])
+                )
+            if values["compensates"] is not None:
+                undone = self._select(conn, values["compensates"])
+                if undone is None:
+                    raise InvalidOperationSpec(
+                        "compensates",
+                        f"no operation {values['compensates']!r} in the ledger to compensate",
+                        op_id=op_id,
+                    )
+            inserted = conn.execute(
+                pg_insert(operations)
+                .values(values)
+                .on_conflict_do_nothing(index_elements=["op_id"])
+                .returning(_o.op_id)
+            ).first()
+            if inserted is None:
+                existing = self._select(conn, op_id)
+                assert existing is not None  # the conflict was on this very row
+                _check_same(existing, values)
+            row = self._claim(conn, op_id) if claim else None
+            record = OperationRecord.from_row(row) if row is not None else self._select(conn, op_id)
+        if incident_id is not None:
+            self._known_incidents.add(incident_id)
+        assert record is not None
+        return record, None if row is None else _claim_of(row)
+
+    def _claim(self, conn: Connection, op_id: str) -> Row[Any] | None:
+        stmt = (
+            update(operations)
+            .where(
+                _o.op_id == op_id,
+                _o.state == "proposed",
+                _o.dry_run.is_(False),
+                (_o.claim_expires_at.is_(None)) | (_o.claim_expires_at <= func.now()),
+            )
+            .values(
+                attempts=_o.attempts + 1,
+                claim_token=uuid.uuid4().hex,
+                claimed_at=func.now(),
+                claim_expires_at=func.now() + timedelta(seconds=self.lease),
+                updated_at=func.now(),
+            )
+            .returning(operations)
+        )
+        return conn.execute(stmt).first()
+
+    @staticmethod
+    def _select(conn: Connection, op_id: str) -> OperationRecord | None:
+        row = conn.execute(select(operations, _CLAIM_REMAINING).where(_o.op_id == op_id)).first()
+        return None if row is None else OperationRecord.from_row(row)
+
+    def _transition(
+        self, stmt: Any, op_id: str, wanted: str, *, done: tuple[str, ...]
+    ) -> OperationRecord:
+        with self.engine.begin() as conn:
+            row = conn.execute(stmt).first()
+            if row is not None:
+                record = OperationRecord.from_row(row)
+                if record.compensates is not None and wanted in ("applied", "confirmed"):
+                    self._mark_compensated(conn, record.compensates)
+                return record
+            current = self._select(conn, op_id)
+        if current is None:
+            raise UnknownOperation(op_id)
+        if current.state in done:
+            return current
+        raise InvalidTransition(op_id, current.state, wanted)
+
+    @staticmethod
+    def _mark_compensated(conn: Connection, op_id: str) -> None:
+        conn.execute(
+            update(operations)
+            .where(_o.op_id == op_id, _o.state != "compensated")
+            .values(
+                state="compensated",
+                compensated_at=func.now(),
+                claim_token=None,
+                claim_expires_at=None,
+                updated_at=func.now(),
+            )
+        )
+
+
+def _claim_of(row: Row[Any]) -> Claim:
+    m = row._mapping
+    return Claim(op_id=m["op_id"], token=m["claim_token"], attempt=m["attempts"])
+
+
+def _effect_values(spec: OperationSpec) -> dict[str, Any]:
+    return {
+        "op_id": spec.op_id,
+        "incident_id": spec.incident_id,
+        "origin": "effect",
+        "kind": spec.kind,
+        "target": spec.target,
+        "intent": _normal_json(spec.intent),
+        "compensates": spec.compensates,
+        "dry_run": spec.dry_run,
+        "emergency": spec.emergency,
+    }
+
+
+def _action_values(spec: ActionSpec) -> dict[str, Any]:
+    return {
+        "op_id": spec.op_id,
+        "incident_id": spec.incident_id,
+        "origin": "action",
+        "kind": spec.kind,
+        "target": spec.target,
+        "intent": _normal_json(spec.intent),
+        "compensates": None,
+        "dry_run": False,
+        "emergency": False,
+    }
+
+
+def _normal_json(value: dict[str, Any]) -> dict[str, Any]:
+    # The form JSONB gives back (tuples become lists), so a re-proposal compares equal.
+    loaded: dict[str, Any] = json.loads(json.dumps(value))
+    return loaded
+
+
+_COMPARED = ("incident_id", "origin", "kind", "target", "intent", "compensates", "dry_run")
+
+
+def _check_same(existing: OperationRecord, values: Mapping[str, Any]) -> None:
+    for field in _COMPARED:
+        recorded = getattr(existing, field)
+        if recorded != values[field]:
+            raise OperationConflict(existing.op_id, field, recorded, values[field])
+
+
+def _decision(record: OperationRecord) -> ActionDecision:
+    if record.state in ("applied", "confirmed", "compensated"):
+        return ActionDecision(
+            op_id=record.op_id,
+            decision="already_executed",
+            attempt=record.attempts,
+            result=record.result,
+        )
+    if record.state == "failed":
+        return ActionDecision(
+            op_id=record.op_id, decision="failed", attempt=record.attempts, error=record.error
+        )
+    return ActionDecision(
+        op_id=record.op_id,
+        decision="in_progress",
+        attempt=record.attempts,
+        retry_after=max(record.claim_remaining or 0.0, 0.0),
+    )
+
+
+__all__ = [
+    "ActionDecision",
+    "ActionSpec",
+    "Apply",
+    "Claim",
+    "Confirm",
+    "Ledger",
+    "OperationRecord",
+    "OperationSpec",
+    "RunOutcome",
+    "default_owner",
+]
