@@ -99,6 +99,9 @@ class Event:
 
 
 Subscriber = Callable[[Event], None]
+# Spelled out here because inside Store the name `list` is the method.
+ObjList = list[Obj]
+EventList = list[Event]
 
 
 def _key(namespace: str | None, name: str) -> tuple[str, str]:
@@ -180,7 +183,7 @@ class Store:
         namespace: str | None = None,
         label_selector: str | LabelSelector | None = None,
         field_selector: str | FieldSelector | None = None,
-    ) -> tuple[list[Obj], str]:
+    ) -> tuple[ObjList, str]:
         res = _resource(resource)
         labels = _labels(label_selector)
         fields = _fields(res, field_selector)
@@ -388,7 +391,7 @@ class Store:
 
         return untap
 
-    def history_since(self, resource_version: int) -> list[Event]:
+    def history_since(self, resource_version: int) -> EventList:
         """Events after `resource_version`; 410 Gone if they are no longer kept."""
         with self._lock:
             if resource_version > self._rv:
@@ -400,7 +403,7 @@ class Store:
 
     def watch_from(
         self, resource_version: int | None, callback: Subscriber
-    ) -> tuple[list[Event], Callable[[], None]]:
+    ) -> tuple[EventList, Callable[[], None]]:
         """Atomically: the backlog a watch starting at `resource_version` must send
         first (synthetic ADDED for everything when None), and a tap for what follows."""
         with self._lock:
