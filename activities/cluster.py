@@ -8,13 +8,30 @@ operation id the workflow passes in, and stamps that id on the object it changes
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import Check, MutatingInput, PodRef, activity_options
+from activities.common import (
+    Check,
+    EffectRunnerLike,
+    MutatingInput,
+    PodRef,
+    activity_options,
+    heartbeat,
+    run_effect,
+    wait,
+)
+from activities.config import ActivitySettings
+from activities.errors import PermanentError, RefusedError, TemporaryError, k8s_call, k8s_error
 
 Severity = Literal["capacity-event", "major", "outage"]
 CommonCause = Literal[
@@ -67,6 +84,34 @@ class WarmFloor(BaseModel):
         return len(self.ready)
 
 
+class PodFacts(BaseModel):
+    """What the common-cause check reads from one pod of the pool."""
+
+    name: str
+    node: str | None = None
+    phase: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    waiting_reasons: list[str] = Field(default_factory=list)
+    template_hash: str | None = None
+    lost: bool = False
+
+
+class NodeFacts(BaseModel):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    unschedulable: bool = False
+    deleting: bool = False
+    taints: list[str] = Field(default_factory=list)
+    conditions: dict[str, str] = Field(default_factory=dict)
+
+
+class RolloutFacts(BaseModel):
+    workload: str
+    in_progress: bool
+    detail: str = ""
+
+
 class AssessResult(BaseModel):
     namespace: str
     pool: str
@@ -94,6 +139,7 @@ ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
 
 class EndpointState(BaseModel):
     pod: str | None
+    node: str | None = None
     address: str
     ready: bool | None
     serving: bool | None
@@ -166,6 +212,8 @@ class ForceDeleteInput(MutatingInput):
     # The approval gate's record; without it the activity refuses.
     approved_by: str | None = None
     approval_reason: str = ""
+    # The uid of the pod the approval was for: a recreated pod of the same name is spared.
+    uid: str | None = None
 
 
 class ForceDeleteResult(BaseModel):
@@ -187,8 +235,9 @@ class PromoteWarmInput(MutatingInput):
     revision: str
     # How many warm replicas to promote; None promotes every one that qualifies.
     count: int | None = None
+    # "label": add the router-only label; "weight": also set the router weight annotation
+    # (a probe share, so the replica is warmed up before the ramp gives it more).
     mode: Literal["label", "weight"] = "label"
-    # Router weight given to promoted replicas in "weight" mode (probe share for warm-up).
     weight: int = 100
 
 
@@ -265,7 +314,7 @@ class PendingPod(BaseModel):
 
 
 class PendingResult(BaseModel):
-    diagnosis: Literal["none-pending", "fragmentation", "shortage", "other"]
+    diagnosis: Literal["none-pending", "fragmentation", "shortage", "unschedulable", "other"]
     explanation: str
     pending: list[PendingPod] = Field(default_factory=list)
     free_gpus_total: int
@@ -336,6 +385,8 @@ class VerifyCapacityInput(BaseModel):
     pool: str
     service: str
     target_replicas: int
+    # Ready endpoints expected in the Service's slices; defaults to target_replicas.
+    target_endpoints: int | None = None
     warm_floor_target: int
     model: str | None = None
     revision: str | None = None
@@ -350,75 +401,1558 @@ class VerifyCapacityResult(BaseModel):
 VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
 
 
+# ---------------------------------------------------------------------------- pure logic
+
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+FILESYSTEM_WORDS = ("ephemeral-storage", "nodefs", "imagefs", "no space left")
+NODE_POOL_OPERATION_TAINTS = frozenset(
+    {
+        "ToBeDeletedByClusterAutoscaler",
+        "DeletionCandidateOfClusterAutoscaler",
+        "node.kubernetes.io/unschedulable",
+        "karpenter.sh/disrupted",
+        "cloud.google.com/impending-node-termination",
+    }
+)
+
+
+def severity_of(
+    *, pool_size: int, lost: int, largest_domain_loss: int, outage_fraction: float = 0.25
+) -> tuple[Severity, str]:
+    """Severity from the size of the loss and how concentrated it is (pure; table-tested).
+
+    The runbook's anchors: one replica of eight is a capacity event; three of eight in one
+    rack is an outage. A correlated loss (two or more in one failure domain) is worse than
+    the same number scattered, because the next failure is likely in the same place.
+    """
+    if pool_size <= 0 or lost >= pool_size:
+        return "outage", f"{lost} of {pool_size} replicas lost: nothing left serving"
+    fraction = lost / pool_size
+    share = f"{lost} of {pool_size} replicas ({fraction:.0%})"
+    correlated = largest_domain_loss >= 2
+    if fraction >= 2 * outage_fraction:
+        return "outage", f"{share} lost, >= {2 * outage_fraction:.0%} of the pool"
+    if correlated and fraction >= outage_fraction:
+        return "outage", (
+            f"{share} lost, {largest_domain_loss} in one failure domain, "
+            f">= {outage_fraction:.0%} of the pool"
+        )
+    if correlated:
+        return "major", f"{share} lost, {largest_domain_loss} in one failure domain"
+    if fraction >= outage_fraction:
+        return "major", f"{share} lost across separate domains, >= {outage_fraction:.0%}"
+    return "capacity-event", f"{share} lost, no two in one failure domain"
+
+
+def losses_inside_window(losses: list[LossReport], window_s: float) -> int:
+    """How many losses started within `window_s` of the first (unknown start times count)."""
+    known = sorted(loss.starts_at for loss in losses if loss.starts_at is not None)
+    unknown = sum(1 for loss in losses if loss.starts_at is None)
+    if not known:
+        return unknown
+    first = known[0]
+    return unknown + sum(1 for t in known if (t - first).total_seconds() <= window_s)
+
+
+def detect_common_causes(
+    *,
+    losses: list[LossReport],
+    pods: list[PodFacts],
+    lost_nodes: list[NodeFacts],
+    rollout: RolloutFacts | None,
+    settings: ActivitySettings,
+) -> list[CommonCauseFinding]:
+    """A shared cause behind several losses inside a minute (pure; table-tested)."""
+    if losses_inside_window(losses, settings.common_cause_window_s) < 2:
+        return []
+    findings: list[CommonCauseFinding] = []
+    lost_pods = [p for p in pods if p.lost]
+    hashes = sorted({p.template_hash for p in lost_pods if p.template_hash})
+    if (rollout is not None and rollout.in_progress) or len(hashes) > 1:
+        findings.append(
+            CommonCauseFinding(
+                cause="rollout",
+                evidence={
+                    "workload": rollout.workload if rollout else None,
+                    "detail": rollout.detail if rollout else "",
+                    "template_hashes_of_lost_pods": hashes,
+                },
+            )
+        )
+    pulling = sorted(p.name for p in pods if IMAGE_PULL_REASONS & set(p.waiting_reasons))
+    if pulling:
+        findings.append(
+            CommonCauseFinding(
+                cause="image-pull",
+                evidence={"pods": pulling, "reasons": sorted(IMAGE_PULL_REASONS)},
+            )
+        )
+    pressured = sorted(n.name for n in lost_nodes if n.conditions.get("DiskPressure") == "True")
+    evicted_fs = sorted(
+        p.name
+        for p in pods
+        if (p.reason or "") == "Evicted"
+        and any(w in (p.message or "").lower() for w in FILESYSTEM_WORDS)
+    )
+    if pressured or evicted_fs:
+        findings.append(
+            CommonCauseFinding(
+                cause="node-filesystem-full",
+                evidence={
+                    "nodes_with_disk_pressure": pressured,
+                    "pods_evicted_for_disk": evicted_fs,
+                },
+            )
+        )
+    if len(lost_nodes) >= 2:
+        pools = {
+            next((n.labels[k] for k in settings.node_pool_labels if k in n.labels), None)
+            for n in lost_nodes
+        }
+        operated = [
+            n.name
+            for n in lost_nodes
+            if n.unschedulable or n.deleting or NODE_POOL_OPERATION_TAINTS & set(n.taints)
+        ]
+        if len(pools) == 1 and None not in pools and operated:
+            findings.append(
+                CommonCauseFinding(
+                    cause="node-pool-operation",
+                    evidence={"node_pool": pools.pop(), "nodes_cordoned_or_deleting": operated},
+                )
+            )
+        for label in (settings.fabric_label, settings.rack_label):
+            values = {n.labels.get(label) for n in lost_nodes}
+            if len(values) == 1 and None not in values:
+                findings.append(
+                    CommonCauseFinding(
+                        cause="fabric-domain",
+                        evidence={
+                            "label": label,
+                            "domain": values.pop(),
+                            "nodes": sorted(n.name for n in lost_nodes),
+                        },
+                    )
+                )
+                break
+    return findings
+
+
+def lead_time_from_samples(
+    samples: list[float], default_s: float, quantile: float = 0.9
+) -> tuple[float, Literal["observed", "default"]]:
+    """The provisioning lead time to announce: a high quantile of past startups, else default.
+
+    Nearest-rank quantile, so the number announced is one that actually happened.
+    """
+    clean = sorted(s for s in samples if s >= 0)
+    if not clean:
+        return float(default_s), "default"
+    rank = max(1, math.ceil(quantile * len(clean)))
+    return float(clean[rank - 1]), "observed"
+
+
+def diagnose_scheduling(
+    pending: list[PendingPod], free_by_node: dict[str, int], gpu_resource: str = "nvidia.com/gpu"
+) -> tuple[str, str, int]:
+    """Fragmentation (free GPUs, no admissible placement) told apart from shortage (pure).
+
+    Returns (diagnosis, explanation, largest free block on one node).
+    """
+    free_total = sum(max(0, v) for v in free_by_node.values())
+    largest = max((v for v in free_by_node.values()), default=0)
+    if not pending:
+        return "none-pending", "no pod of the pool is Pending", largest
+    gpu_blocked = [
+        p for p in pending if any(f"Insufficient {gpu_resource}" in m for m in p.messages)
+    ]
+    if not gpu_blocked:
+        unschedulable = [p for p in pending if "FailedScheduling" in p.reasons]
+        if unschedulable:
+            return (
+                "unschedulable",
+                f"{len(unschedulable)} pod(s) FailedScheduling for reasons other than GPUs: "
+                + "; ".join(unschedulable[0].messages[-1:]),
+                largest,
+            )
+        return "other", f"{len(pending)} pod(s) Pending without a scheduling failure yet", largest
+    need_each = max(p.gpus_requested for p in gpu_blocked)
+    need_total = sum(p.gpus_requested for p in gpu_blocked)
+    if free_total >= need_each and largest < need_each:
+        return (
+            "fragmentation",
+            f"{free_total} GPUs free across {sum(1 for v in free_by_node.values() if v > 0)} "
+            f"nodes but the largest block on one node is {largest} < {need_each} needed "
+            "per pod: the GPUs exist, an admissible placement does not",
+            largest,
+        )
+    if free_total < need_total:
+        return (
+            "shortage",
+            f"{need_total} GPUs needed by {len(gpu_blocked)} Pending pod(s), "
+            f"{free_total} free in schedulable nodes",
+            largest,
+        )
+    return (
+        "other",
+        f"{free_total} GPUs free, largest block {largest} >= {need_each} needed: "
+        "the scheduler's reason is not capacity (taints, affinity, qualification)",
+        largest,
+    )
+
+
+# ---------------------------------------------------------------------------- object helpers
+
+
+def _labels(obj: Any) -> dict[str, str]:
+    return dict((obj.metadata.labels if obj and obj.metadata else None) or {})
+
+
+def _annotations(obj: Any) -> dict[str, str]:
+    return dict((obj.metadata.annotations if obj and obj.metadata else None) or {})
+
+
+def _condition(obj: Any, type_: str) -> Any:
+    for c in (obj.status.conditions if obj.status else None) or []:
+        if c.type == type_:
+            return c
+    return None
+
+
+def pod_ready(pod: Any) -> bool:
+    c = _condition(pod, "Ready")
+    return bool(c is not None and c.status == "True") and pod.metadata.deletion_timestamp is None
+
+
+def node_ready(node: Any) -> bool:
+    c = _condition(node, "Ready")
+    return bool(c is not None and c.status == "True")
+
+
+def startup_seconds(pod: Any) -> float | None:
+    """Creation to Ready of a pod that became Ready (a past provisioning lead time)."""
+    c = _condition(pod, "Ready")
+    created = pod.metadata.creation_timestamp
+    if c is None or c.status != "True" or c.last_transition_time is None or created is None:
+        return None
+    return max(0.0, (c.last_transition_time - created).total_seconds())
+
+
+def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """A LabelSelector (client model or dict) against labels; an empty selector matches none."""
+    if selector is None:
+        return False
+    if isinstance(selector, dict):
+        match_labels = selector.get("matchLabels") or {}
+        expressions = selector.get("matchExpressions") or []
+    else:
+        match_labels = selector.match_labels or {}
+        expressions = [
+            {"key": e.key, "operator": e.operator, "values": e.values}
+            for e in (selector.match_expressions or [])
+        ]
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for e in expressions:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def selector_keys(selector: Any) -> set[str]:
+    if selector is None:
+        return set()
+    if isinstance(selector, dict):
+        keys = set((selector.get("matchLabels") or {}).keys())
+        keys |= {e["key"] for e in selector.get("matchExpressions") or []}
+        return keys
+    keys = set((selector.match_labels or {}).keys())
+    keys |= {e.key for e in selector.match_expressions or []}
+    return keys
+
+
+def _gpu_quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_gpus(pod: Any, resource: str) -> int:
+    total = 0
+    for c in (pod.spec.containers if pod.spec else None) or []:
+        requests = (c.resources.requests if c.resources else None) or {}
+        limits = (c.resources.limits if c.resources else None) or {}
+        total += _gpu_quantity(requests.get(resource, limits.get(resource, 0)))
+    return total
+
+
+# ---------------------------------------------------------------------------- activities
+
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_VERSION = "v1"
+LWS_PLURAL = "leaderworkersets"
+
+
 class ClusterActivities:
     """Activities over one Kubernetes API, holding its clients and the ledger runner."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        runner: EffectRunnerLike,
+        settings: ActivitySettings | None = None,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.discovery = client.DiscoveryV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.runner = runner
+        self.s = settings or ActivitySettings()
+
+    # ------------------------------------------------------------------ reading
+
+    def _call(self, verb: str, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", self.s.kubernetes_timeout_s)
+        return k8s_call(verb, obj, lambda: fn(*args, **kwargs))
+
+    def _read_pod(self, namespace: str, name: str) -> Any:
+        return self._call(
+            "get", f"pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+        )
+
+    def _try_read_pod(self, namespace: str, name: str) -> Any | None:
+        try:
+            return self.core.read_namespaced_pod(
+                name, namespace, _request_timeout=self.s.kubernetes_timeout_s
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise k8s_error(exc, verb="get", obj=f"pod {namespace}/{name}") from exc
+        except Exception as exc:
+            raise k8s_error(exc, verb="get", obj=f"pod {namespace}/{name}") from exc
+
+    def _list_pods(self, namespace: str, selector: str) -> list[Any]:
+        res = self._call(
+            "list",
+            f"pods {namespace} -l {selector}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=selector,
+        )
+        return list(res.items or [])
+
+    def _nodes(self) -> dict[str, Any]:
+        res = self._call("list", "nodes", self.core.list_node)
+        return {n.metadata.name: n for n in res.items or []}
+
+    def _metrics_url(self, pod: Any) -> str | None:
+        ip = pod.status.pod_ip if pod.status else None
+        if not ip:
+            return None
+        port = self.s.metrics_port
+        for c in (pod.spec.containers if pod.spec else None) or []:
+            for p in c.ports or []:
+                if p.name == self.s.metrics_port_name:
+                    port = p.container_port
+        return f"{self.s.metrics_scheme}://{ip}:{port}"
+
+    def _ref(self, pod: Any) -> PodRef:
+        return PodRef(
+            namespace=pod.metadata.namespace,
+            name=pod.metadata.name,
+            node=pod.spec.node_name if pod.spec else None,
+            ip=pod.status.pod_ip if pod.status else None,
+            metrics_url=self._metrics_url(pod),
+            labels=_labels(pod),
+        )
+
+    def _replica_key(self, pod: Any) -> str:
+        labels = _labels(pod)
+        lws = labels.get(self.s.lws_name_label)
+        group = labels.get(self.s.lws_group_label)
+        if lws is not None and group is not None:
+            return f"{lws}-{group}"
+        return str(pod.metadata.name)
+
+    def _is_warm(self, pod: Any) -> bool:
+        return _labels(pod).get(self.s.warm_label) == self.s.warm_label_value
+
+    def _controllers(self, namespace: str) -> list[tuple[str, str, Any, Any]]:
+        """(kind, name, selector, object) of every workload controller in the namespace."""
+        out: list[tuple[str, str, Any, Any]] = []
+        deployments = self._call(
+            "list", f"deployments {namespace}", self.apps.list_namespaced_deployment, namespace
+        )
+        for d in deployments.items or []:
+            out.append(("Deployment", d.metadata.name, d.spec.selector, d))
+        replicasets = self._call(
+            "list", f"replicasets {namespace}", self.apps.list_namespaced_replica_set, namespace
+        )
+        for r in replicasets.items or []:
+            out.append(("ReplicaSet", r.metadata.name, r.spec.selector, r))
+        lws = self._call(
+            "list",
+            f"leaderworkersets {namespace}",
+            self.custom.list_namespaced_custom_object,
+            LWS_GROUP,
+            LWS_VERSION,
+            namespace,
+            LWS_PLURAL,
+        )
+        for item in lws.get("items", []):
+            # LWS selects its pods by its name label; it has no spec.selector of its own.
+            selector = {"matchLabels": {self.s.lws_name_label: item["metadata"]["name"]}}
+            out.append(("LeaderWorkerSet", item["metadata"]["name"], selector, item))
+        return out
+
+    def _endpoint_states(self, namespace: str, service: str) -> list[EndpointState]:
+        slices = self._call(
+            "list",
+            f"endpointslices {namespace} -l kubernetes.io/service-name={service}",
+            self.discovery.list_namespaced_endpoint_slice,
+            namespace,
+            label_selector=f"kubernetes.io/service-name={service}",
+        )
+        states: list[EndpointState] = []
+        for sl in slices.items or []:
+            for ep in sl.endpoints or []:
+                cond = ep.conditions
+                states.append(
+                    EndpointState(
+                        pod=ep.target_ref.name if ep.target_ref else None,
+                        node=ep.node_name,
+                        address=(ep.addresses or [""])[0],
+                        ready=cond.ready if cond else None,
+                        serving=cond.serving if cond else None,
+                        terminating=cond.terminating if cond else None,
+                    )
+                )
+        return states
+
+    def _routing_state(self, namespace: str, service: str, pods: list[str]) -> RoutingStateResult:
+        svc = self._call(
+            "get",
+            f"service {namespace}/{service}",
+            self.core.read_namespaced_service,
+            service,
+            namespace,
+        )
+        publish = bool(svc.spec.publish_not_ready_addresses)
+        endpoints = self._endpoint_states(namespace, service)
+        still: dict[str, str] = {}
+        for ep in endpoints:
+            if ep.pod not in pods:
+                continue
+            if ep.routable:
+                still[ep.pod] = f"listed with ready={ep.ready} at {ep.address}"
+            elif publish and not ep.terminating:
+                still[ep.pod] = (
+                    f"listed not ready at {ep.address}, but the Service publishes "
+                    "not-ready addresses"
+                )
+        return RoutingStateResult(
+            service=service,
+            publish_not_ready_addresses=publish,
+            endpoints=endpoints,
+            still_routable=still,
+        )
+
+    # ------------------------------------------------------------------ assess
 
     @activity.defn
     def assess_loss(self, input: AssessInput) -> AssessResult:
         """Size the loss, find failure domains and a common cause, read the warm floor."""
-        raise NotImplementedError
+        s = self.s
+        pods = self._list_pods(input.namespace, f"{s.pool_label}={input.pool}")
+        nodes = self._nodes()
+        serving = [p for p in pods if not self._is_warm(p)]
+        by_name = {p.metadata.name: p for p in pods}
+
+        workload_kind, workload_name, desired, rollout = self._workload(input.namespace, input.pool)
+        lost_keys: set[str] = set()
+        lost_pod_names: set[str] = set()
+        lost_nodes: set[str] = set()
+        for loss in input.losses:
+            if loss.pod:
+                pod = by_name.get(loss.pod)
+                lost_keys.add(self._replica_key(pod) if pod is not None else loss.pod)
+                lost_pod_names.add(loss.pod)
+                node = loss.node or (pod.spec.node_name if pod is not None and pod.spec else None)
+                if node:
+                    lost_nodes.add(node)
+            elif loss.node:
+                lost_nodes.add(loss.node)
+                for p in serving:
+                    if p.spec and p.spec.node_name == loss.node:
+                        lost_keys.add(self._replica_key(p))
+                        lost_pod_names.add(p.metadata.name)
+        # Replicas that are observably down count as lost whether or not they alerted yet.
+        for p in serving:
+            node = nodes.get(p.spec.node_name) if p.spec and p.spec.node_name else None
+            if not pod_ready(p) or (node is not None and not node_ready(node)):
+                lost_keys.add(self._replica_key(p))
+                lost_pod_names.add(p.metadata.name)
+                if node is not None and not node_ready(node):
+                    lost_nodes.add(node.metadata.name)
+
+        keys = {self._replica_key(p) for p in serving} | lost_keys
+        pool_size = max(desired or 0, len(keys))
+
+        domains = FailureDomains(nodes=sorted(lost_nodes))
+        per_domain: dict[tuple[str, str], set[str]] = {}
+        for key in lost_keys:
+            members = [p for p in serving if self._replica_key(p) == key]
+            node_names = {p.spec.node_name for p in members if p.spec and p.spec.node_name}
+            node_names |= {
+                loss.node for loss in input.losses if loss.node and loss.pod in (key, None)
+            }
+            for n in node_names:
+                node = nodes.get(n)
+                labels = _labels(node)
+                for kind, label in (
+                    ("zone", s.zone_label),
+                    ("rack", s.rack_label),
+                    ("fabric", s.fabric_label),
+                ):
+                    value = labels.get(label)
+                    if value:
+                        getattr(domains, f"{kind}s").append(value)
+                        if kind != "zone":
+                            per_domain.setdefault((kind, value), set()).add(key)
+                per_domain.setdefault(("node", n), set()).add(key)
+        for field_name in ("zones", "racks", "fabrics"):
+            setattr(domains, field_name, sorted(set(getattr(domains, field_name))))
+        largest = max((len(v) for v in per_domain.values()), default=min(1, len(lost_keys)))
+        severity, reason = severity_of(
+            pool_size=pool_size,
+            lost=len(lost_keys),
+            largest_domain_loss=largest,
+            outage_fraction=input.outage_fraction,
+        )
+
+        facts = [self._pod_facts(p, lost=p.metadata.name in lost_pod_names) for p in serving]
+        node_facts = [self._node_facts(nodes[n]) for n in sorted(lost_nodes) if n in nodes]
+        causes = detect_common_causes(
+            losses=input.losses, pods=facts, lost_nodes=node_facts, rollout=rollout, settings=s
+        )
+
+        model, revision = self._model_of(serving)
+        survivors = [
+            self._ref(p)
+            for p in serving
+            if self._replica_key(p) not in lost_keys
+            and pod_ready(p)
+            and _labels(p).get(s.router_label) == s.router_label_value
+        ]
+        warm = self._warm_floor(input.namespace, input.pool, model, revision, nodes)
+        return AssessResult(
+            namespace=input.namespace,
+            pool=input.pool,
+            pool_size=pool_size,
+            lost_replicas=sorted(lost_keys),
+            lost_nodes=sorted(lost_nodes),
+            lost_fraction=len(lost_keys) / pool_size if pool_size else 1.0,
+            domains=domains,
+            largest_domain_loss=largest,
+            severity=severity,
+            severity_reason=reason,
+            common_causes=causes,
+            survivors=survivors,
+            warm_floor=warm,
+            workload_kind=workload_kind,
+            workload_name=workload_name,
+            model=model,
+            revision=revision,
+        )
+
+    def _workload(
+        self, namespace: str, pool: str
+    ) -> tuple[str | None, str | None, int | None, RolloutFacts | None]:
+        """The pool's workload controller, its desired replicas and whether it is rolling out."""
+        d: Any
+        try:
+            d = self.apps.read_namespaced_deployment(
+                pool, namespace, _request_timeout=self.s.kubernetes_timeout_s
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise k8s_error(exc, verb="get", obj=f"deployment {namespace}/{pool}") from exc
+            d = None
+        if d is not None:
+            desired = d.spec.replicas or 0
+            st = d.status
+            updated = (st.updated_replicas or 0) if st else 0
+            behind = (st.observed_generation or 0) < (d.metadata.generation or 0) if st else True
+            in_progress = behind or updated < desired
+            detail = (
+                f"updatedReplicas {updated}/{desired}, observedGeneration "
+                f"{st.observed_generation if st else None}/{d.metadata.generation}"
+            )
+            return (
+                "Deployment",
+                pool,
+                desired,
+                RolloutFacts(workload=f"Deployment/{pool}", in_progress=in_progress, detail=detail),
+            )
+        lws: Any
+        try:
+            lws = self.custom.get_namespaced_custom_object(
+                LWS_GROUP,
+                LWS_VERSION,
+                namespace,
+                LWS_PLURAL,
+                pool,
+                _request_timeout=self.s.kubernetes_timeout_s,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise k8s_error(exc, verb="get", obj=f"leaderworkerset {namespace}/{pool}") from exc
+            return None, None, None, None
+        desired = int(lws.get("spec", {}).get("replicas") or 0)
+        lws_status = lws.get("status") or {}
+        updated = int(lws_status.get("updatedReplicas") or 0)
+        return (
+            "LeaderWorkerSet",
+            pool,
+            desired,
+            RolloutFacts(
+                workload=f"LeaderWorkerSet/{pool}",
+                in_progress=updated < desired,
+                detail=f"updatedReplicas {updated}/{desired}",
+            ),
+        )
+
+    def _pod_facts(self, pod: Any, *, lost: bool) -> PodFacts:
+        waiting: list[str] = []
+        for cs in (pod.status.container_statuses if pod.status else None) or []:
+            if cs.state and cs.state.waiting and cs.state.waiting.reason:
+                waiting.append(cs.state.waiting.reason)
+        return PodFacts(
+            name=pod.metadata.name,
+            node=pod.spec.node_name if pod.spec else None,
+            phase=pod.status.phase if pod.status else None,
+            reason=pod.status.reason if pod.status else None,
+            message=pod.status.message if pod.status else None,
+            waiting_reasons=waiting,
+            template_hash=_labels(pod).get("pod-template-hash"),
+            lost=lost,
+        )
+
+    def _node_facts(self, node: Any) -> NodeFacts:
+        return NodeFacts(
+            name=node.metadata.name,
+            labels=_labels(node),
+            unschedulable=bool(node.spec.unschedulable) if node.spec else False,
+            deleting=node.metadata.deletion_timestamp is not None,
+            taints=[t.key for t in (node.spec.taints if node.spec else None) or []],
+            conditions={c.type: c.status for c in (node.status.conditions or [])}
+            if node.status
+            else {},
+        )
+
+    def _model_of(self, pods: list[Any]) -> tuple[str | None, str | None]:
+        """The model and revision most of the pool's serving pods carry."""
+        counts: dict[tuple[str | None, str | None], int] = {}
+        for p in pods:
+            labels = _labels(p)
+            key = (labels.get(self.s.model_label), labels.get(self.s.revision_label))
+            counts[key] = counts.get(key, 0) + 1
+        if not counts:
+            return None, None
+        return max(counts.items(), key=lambda kv: (kv[1], str(kv[0])))[0]
+
+    def _warm_floor(
+        self,
+        namespace: str,
+        pool: str,
+        model: str | None,
+        revision: str | None,
+        nodes: dict[str, Any],
+    ) -> WarmFloor:
+        s = self.s
+        warm = self._list_pods(
+            namespace, f"{s.warm_label}={s.warm_label_value},{s.pool_label}={pool}"
+        )
+        floor = WarmFloor(model=model, revision=revision)
+        for p in warm:
+            reason = self._warm_disqualified(p, model, revision, nodes)
+            if reason:
+                floor.excluded[p.metadata.name] = reason
+            else:
+                floor.ready.append(self._ref(p))
+        return floor
+
+    def _warm_disqualified(
+        self, pod: Any, model: str | None, revision: str | None, nodes: dict[str, Any]
+    ) -> str | None:
+        s = self.s
+        labels = _labels(pod)
+        if model is not None and labels.get(s.model_label) != model:
+            return f"model {labels.get(s.model_label)!r} is not {model!r}"
+        if revision is not None and labels.get(s.revision_label) != revision:
+            return f"revision {labels.get(s.revision_label)!r} is not {revision!r}"
+        if labels.get(s.router_label) == s.router_label_value:
+            return "already serving"
+        if not pod_ready(pod):
+            return "not Ready (not loaded or not healthy)"
+        if not (pod.status and pod.status.pod_ip):
+            return "no pod IP: not registered"
+        node = nodes.get(pod.spec.node_name) if pod.spec else None
+        if node is None or not node_ready(node):
+            return f"node {pod.spec.node_name if pod.spec else None} not Ready"
+        if node.spec and node.spec.unschedulable:
+            return f"node {node.metadata.name} cordoned"
+        if _labels(node).get(s.qualified_label) == "false":
+            return f"node {node.metadata.name} not qualified"
+        return None
+
+    # ------------------------------------------------------------------ routing
 
     @activity.defn
     def read_routing_state(self, input: RoutingStateInput) -> RoutingStateResult:
         """EndpointSlice conditions (not addresses) and the Service's publishNotReadyAddresses."""
-        raise NotImplementedError
+        return self._routing_state(input.namespace, input.service, input.pods)
+
+    def _group_pods(self, namespace: str, pod: Any) -> tuple[str | None, list[Any]]:
+        labels = _labels(pod)
+        lws = labels.get(self.s.lws_name_label)
+        group = labels.get(self.s.lws_group_label)
+        if lws is None or group is None:
+            return None, [pod]
+        members = self._list_pods(
+            namespace, f"{self.s.lws_name_label}={lws},{self.s.lws_group_label}={group}"
+        )
+        return f"{lws}-{group}", sorted(members, key=lambda p: p.metadata.name)
+
+    def _refuse_if_selected(self, namespace: str, pods: list[Any]) -> dict[str, str]:
+        """Refuse to strip a label a workload controller selects on; return the selectors."""
+        label = self.s.router_label
+        seen: dict[str, str] = {}
+        for kind, name, selector, _ in self._controllers(namespace):
+            for pod in pods:
+                if not selector_matches(selector, _labels(pod)):
+                    continue
+                keys = selector_keys(selector)
+                seen[f"{kind}/{name}"] = ",".join(sorted(keys))
+                if label in keys:
+                    raise RefusedError(
+                        f"refusing to remove label {label!r} from pod "
+                        f"{namespace}/{pod.metadata.name}: {kind}/{name} selects on it "
+                        f"(selector keys {sorted(keys)}); the controller would stop counting "
+                        "the pod and create a replacement while the old pod keeps its GPUs. "
+                        "Route on a label no workload controller selects."
+                    )
+        return seen
 
     @activity.defn
     def deroute_replica(self, input: DerouteInput) -> DerouteResult:
         """Remove the router-only label from the pod (its whole LWS group), then confirm."""
-        raise NotImplementedError
+        s = self.s
+        pod = self._try_read_pod(input.namespace, input.pod)
+        members: list[Any] = []
+        group: str | None = None
+        if pod is not None:
+            group, members = self._group_pods(input.namespace, pod)
+        names = [p.metadata.name for p in members] or [input.pod]
+        selectors = self._refuse_if_selected(input.namespace, members)
+
+        def apply(op_id: str) -> dict[str, Any]:
+            removed, already = [], []
+            for name in names:
+                current = self._try_read_pod(input.namespace, name)
+                if current is None:
+                    already.append(name)
+                    continue
+                labels, notes = _labels(current), _annotations(current)
+                if s.router_label not in labels:
+                    already.append(name)
+                    continue
+                if notes.get(s.op_annotation) == op_id and s.router_label not in labels:
+                    already.append(name)
+                    continue
+                body = {
+                    "metadata": {
+                        "labels": {s.router_label: None},
+                        "annotations": {s.op_annotation: op_id},
+                    }
+                }
+                self._patch_pod(input.namespace, name, body)
+                removed.append(name)
+            return {"pods": names, "removed": removed, "already_out": already, "group": group}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            deadline = time.monotonic() + input.confirm_timeout_s
+            while True:
+                state = self._routing_state(input.namespace, input.service, names)
+                if not state.still_routable:
+                    return {"still_routable": {}, "endpoints_seen": len(state.endpoints)}
+                if time.monotonic() >= deadline:
+                    return None
+                wait(s.poll_interval_s, {"still_routable": state.still_routable})
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="deroute-pod",
+            target=f"{input.namespace}/pod/{input.pod}",
+            intent={"remove_label": s.router_label, "service": input.service, "group": group},
+            apply=apply,
+            confirm=confirm,
+        )
+        routing = self._routing_state(input.namespace, input.service, names)
+        if input.dry_run:
+            confirmed = False
+        else:
+            confirmed = outcome.confirmed or not routing.still_routable
+            if not confirmed:
+                # The label is off but the router still lists it: retry the confirmation.
+                raise TemporaryError(
+                    f"deroute pod {input.namespace}/{input.pod}: still in the ready set of "
+                    f"service {input.service}: {routing.still_routable}"
+                )
+        return DerouteResult(
+            pods=names,
+            group=group,
+            label_removed=s.router_label,
+            already_out=list(outcome.result.get("already_out", [])),
+            applied_now=outcome.applied_now,
+            confirmed=confirmed,
+            routing=routing,
+            controller_selector=selectors,
+        )
+
+    def _patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> Any:
+        return self._call(
+            "patch",
+            f"pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            body,
+        )
 
     @activity.defn
     def restore_routing_label(self, input: RestoreRoutingInput) -> RestoreRoutingResult:
         """Compensation of deroute_replica."""
-        raise NotImplementedError
+        s = self.s
+
+        def apply(op_id: str) -> dict[str, Any]:
+            restored, missing = [], []
+            for name in input.pods:
+                current = self._try_read_pod(input.namespace, name)
+                if current is None:
+                    missing.append(name)
+                    continue
+                if _labels(current).get(s.router_label) == s.router_label_value:
+                    continue
+                body = {
+                    "metadata": {
+                        "labels": {s.router_label: s.router_label_value},
+                        "annotations": {s.op_annotation: op_id},
+                    }
+                }
+                self._patch_pod(input.namespace, name, body)
+                restored.append(name)
+            return {"restored": restored, "missing": missing}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="reroute-pod",
+            target=f"{input.namespace}/pod/{input.pods[0]}",
+            intent={"add_label": s.router_label, "pods": input.pods},
+            apply=apply,
+        )
+        return RestoreRoutingResult(
+            pods=input.pods,
+            missing=list(outcome.result.get("missing", [])),
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def force_delete_pod(self, input: ForceDeleteInput) -> ForceDeleteResult:
         """Grace-period-0 delete; refuses without the approval gate's record."""
-        raise NotImplementedError
+        if not (input.approved_by or "").strip():
+            raise RefusedError(
+                f"refusing to force delete pod {input.namespace}/{input.pod}: no approval. "
+                "Force deletion skips graceful shutdown and loses in-flight requests and "
+                "post-mortem state; it runs only behind the workflow's approval gate."
+            )
+        obj = f"pod {input.namespace}/{input.pod}"
+
+        def apply(op_id: str) -> dict[str, Any]:
+            current = self._try_read_pod(input.namespace, input.pod)
+            if current is None:
+                return {"deleted": True, "found": False}
+            if input.uid and current.metadata.uid != input.uid:
+                # The controller recreated it under the same name: the approval was not for it.
+                return {"deleted": True, "found": False, "spared_uid": current.metadata.uid}
+            self._patch_pod(
+                input.namespace,
+                input.pod,
+                {"metadata": {"annotations": {self.s.op_annotation: op_id}}},
+            )
+            options = client.V1DeleteOptions(
+                grace_period_seconds=0,
+                preconditions=client.V1Preconditions(uid=current.metadata.uid),
+            )
+            try:
+                self.core.delete_namespaced_pod(
+                    input.pod,
+                    input.namespace,
+                    body=options,
+                    grace_period_seconds=0,
+                    _request_timeout=self.s.kubernetes_timeout_s,
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise k8s_error(exc, verb="delete", obj=obj) from exc
+            return {"deleted": True, "found": True, "uid": current.metadata.uid}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="force-delete-pod",
+            target=f"{input.namespace}/pod/{input.pod}",
+            intent={
+                "grace_period_seconds": 0,
+                "approved_by": input.approved_by,
+                "uid": input.uid,
+            },
+            apply=apply,
+        )
+        return ForceDeleteResult(
+            pod=input.pod,
+            deleted=bool(outcome.result.get("deleted", False)),
+            applied_now=outcome.applied_now,
+            approved_by=str(input.approved_by),
+        )
+
+    # ------------------------------------------------------------------ warm capacity
+
+    def _exact_warm_selector(self, pool: str, model: str, revision: str) -> str:
+        s = self.s
+        # Never a bare `pool=warm`: that matches every model's spares in the namespace.
+        return (
+            f"{s.warm_label}={s.warm_label_value},{s.pool_label}={pool},"
+            f"{s.model_label}={model},{s.revision_label}={revision}"
+        )
 
     @activity.defn
     def promote_warm(self, input: PromoteWarmInput) -> PromoteWarmResult:
         """Route to warm replicas of exactly this model and revision."""
-        raise NotImplementedError
+        s = self.s
+        selector = self._exact_warm_selector(input.pool, input.model, input.revision)
+
+        def apply(op_id: str) -> dict[str, Any]:
+            nodes = self._nodes()
+            candidates = sorted(
+                self._list_pods(input.namespace, selector), key=lambda p: p.metadata.name
+            )
+            promoted: list[str] = []
+            skipped: dict[str, str] = {}
+            # A retry finds its own earlier promotions by the stamp and counts them first.
+            for p in candidates:
+                if _annotations(p).get(s.op_annotation) == op_id:
+                    promoted.append(p.metadata.name)
+            for p in candidates:
+                name = p.metadata.name
+                if name in promoted:
+                    continue
+                if input.count is not None and len(promoted) >= input.count:
+                    skipped[name] = "enough promoted"
+                    continue
+                reason = self._warm_disqualified(p, input.model, input.revision, nodes)
+                if reason:
+                    skipped[name] = reason
+                    continue
+                notes: dict[str, Any] = {s.op_annotation: op_id}
+                if input.mode == "weight":
+                    notes[s.router_weight_annotation] = str(input.weight)
+                body = {
+                    "metadata": {
+                        "labels": {s.router_label: s.router_label_value},
+                        "annotations": notes,
+                    }
+                }
+                self._patch_pod(input.namespace, name, body)
+                promoted.append(name)
+            return {"promoted": promoted, "skipped": skipped, "selector": selector}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="promote-warm",
+            target=f"{input.namespace}/service/{input.pool}",
+            intent={
+                "selector": selector,
+                "count": input.count,
+                "mode": input.mode,
+                "weight": input.weight if input.mode == "weight" else None,
+            },
+            apply=apply,
+        )
+        refs = []
+        for name in outcome.result.get("promoted", []):
+            pod = self._try_read_pod(input.namespace, name)
+            if pod is not None:
+                refs.append(self._ref(pod))
+        return PromoteWarmResult(
+            promoted=refs,
+            skipped=dict(outcome.result.get("skipped", {})),
+            mode=input.mode,
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def demote_warm(self, input: DemoteWarmInput) -> DemoteWarmResult:
         """Compensation of promote_warm."""
-        raise NotImplementedError
+        s = self.s
+
+        def apply(op_id: str) -> dict[str, Any]:
+            demoted = []
+            for name in input.pods:
+                current = self._try_read_pod(input.namespace, name)
+                if current is None or s.router_label not in _labels(current):
+                    continue
+                notes: dict[str, Any] = {s.op_annotation: op_id}
+                if input.mode == "weight":
+                    notes[s.router_weight_annotation] = None
+                self._patch_pod(
+                    input.namespace,
+                    name,
+                    {"metadata": {"labels": {s.router_label: None}, "annotations": notes}},
+                )
+                demoted.append(name)
+            return {"demoted": demoted}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="demote-warm",
+            target=f"{input.namespace}/pod/{input.pods[0]}" if input.pods else "namespace/none",
+            intent={"pods": input.pods, "mode": input.mode},
+            apply=apply,
+        )
+        return DemoteWarmResult(pods=input.pods, applied_now=outcome.applied_now)
 
     @activity.defn
     def scale_pool(self, input: ScaleInput) -> ScaleResult:
         """Set the workload's replicas through its scale subresource."""
-        raise NotImplementedError
+        s = self.s
+        obj = f"{input.kind.lower()} {input.namespace}/{input.name}"
+
+        def read_replicas() -> tuple[int, dict[str, str]]:
+            if input.kind == "Deployment":
+                scale = self._call(
+                    "get",
+                    f"{obj}/scale",
+                    self.apps.read_namespaced_deployment_scale,
+                    input.name,
+                    input.namespace,
+                )
+                d = self._call(
+                    "get", obj, self.apps.read_namespaced_deployment, input.name, input.namespace
+                )
+                return int(scale.spec.replicas or 0), _annotations(d)
+            lws = self._call(
+                "get",
+                obj,
+                self.custom.get_namespaced_custom_object,
+                LWS_GROUP,
+                LWS_VERSION,
+                input.namespace,
+                LWS_PLURAL,
+                input.name,
+            )
+            return int(lws["spec"].get("replicas") or 0), dict(
+                lws["metadata"].get("annotations") or {}
+            )
+
+        def apply(op_id: str) -> dict[str, Any]:
+            current, notes = read_replicas()
+            previous_key = "fleetmend.io/previous-replicas"
+            if notes.get(s.op_annotation) == op_id and current == input.replicas:
+                return {"previous": int(notes.get(previous_key, current)), "replicas": current}
+            stamp = {
+                "metadata": {"annotations": {s.op_annotation: op_id, previous_key: str(current)}}
+            }
+            body = {"spec": {"replicas": input.replicas}}
+            if input.kind == "Deployment":
+                self._call(
+                    "patch",
+                    obj,
+                    self.apps.patch_namespaced_deployment,
+                    input.name,
+                    input.namespace,
+                    stamp,
+                )
+                self._call(
+                    "patch",
+                    f"{obj}/scale",
+                    self.apps.patch_namespaced_deployment_scale,
+                    input.name,
+                    input.namespace,
+                    body,
+                )
+            else:
+                self._call(
+                    "patch",
+                    obj,
+                    self.custom.patch_namespaced_custom_object,
+                    LWS_GROUP,
+                    LWS_VERSION,
+                    input.namespace,
+                    LWS_PLURAL,
+                    input.name,
+                    stamp,
+                )
+                self._call(
+                    "patch",
+                    f"{obj}/scale",
+                    self.custom.patch_namespaced_custom_object_scale,
+                    LWS_GROUP,
+                    LWS_VERSION,
+                    input.namespace,
+                    LWS_PLURAL,
+                    input.name,
+                    body,
+                )
+            return {"previous": current, "replicas": input.replicas}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            current, _ = read_replicas()
+            return {"replicas": current} if current == input.replicas else None
+
+        kind = "deployment" if input.kind == "Deployment" else "leaderworkerset"
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="scale",
+            target=f"{input.namespace}/{kind}/{input.name}",
+            intent={"replicas": input.replicas},
+            apply=apply,
+            confirm=confirm,
+        )
+        previous = outcome.result.get("previous")
+        if previous is None:
+            previous = read_replicas()[0]
+        return ScaleResult(
+            kind=input.kind,
+            name=input.name,
+            previous_replicas=int(previous),
+            replicas=input.replicas,
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def estimate_lead_time(self, input: LeadTimeInput) -> LeadTimeResult:
         """Seconds from pod creation to Ready, from past startups, else the default."""
-        raise NotImplementedError
+        pods = self._list_pods(input.namespace, f"{self.s.pool_label}={input.pool}")
+        samples = sorted(x for x in (startup_seconds(p) for p in pods) if x is not None)
+        default = self.s.default_lead_time_s if input.default_s is None else input.default_s
+        seconds, source = lead_time_from_samples(samples, default)
+        return LeadTimeResult(seconds=seconds, source=source, samples=samples)
 
     @activity.defn
     def diagnose_pending(self, input: PendingInput) -> PendingResult:
         """Pending pods' events, and fragmentation told apart from shortage."""
-        raise NotImplementedError
+        s = self.s
+        pods = self._list_pods(input.namespace, f"{s.pool_label}={input.pool}")
+        pending_pods = [p for p in pods if p.status and p.status.phase == "Pending"]
+        events = self._call(
+            "list", f"events {input.namespace}", self.core.list_namespaced_event, input.namespace
+        )
+        by_pod: dict[str, list[Any]] = {}
+        for ev in events.items or []:
+            ref = ev.involved_object
+            if ref is not None and ref.kind == "Pod" and ref.name:
+                by_pod.setdefault(ref.name, []).append(ev)
+        pending: list[PendingPod] = []
+        for p in pending_pods:
+            evs = sorted(
+                by_pod.get(p.metadata.name, []),
+                key=lambda e: str(
+                    e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+                ),
+            )
+            pending.append(
+                PendingPod(
+                    pod=p.metadata.name,
+                    gpus_requested=pod_gpus(p, s.gpu_resource),
+                    reasons=[e.reason for e in evs if e.reason],
+                    messages=[e.message for e in evs if e.message],
+                )
+            )
+        free = self._free_gpus()
+        diagnosis, explanation, largest = diagnose_scheduling(pending, free, s.gpu_resource)
+        return PendingResult(
+            diagnosis=diagnosis,  # type: ignore[arg-type]
+            explanation=explanation,
+            pending=pending,
+            free_gpus_total=sum(free.values()),
+            free_gpus_by_node=free,
+            largest_free_block=largest,
+        )
+
+    def _free_gpus(self) -> dict[str, int]:
+        """Allocatable minus what running pods request, on nodes a replacement may use."""
+        s = self.s
+        nodes = self._nodes()
+        pods = self._call("list", "pods (all namespaces)", self.core.list_pod_for_all_namespaces)
+        used: dict[str, int] = {}
+        for p in pods.items or []:
+            node = p.spec.node_name if p.spec else None
+            phase = p.status.phase if p.status else None
+            if node and phase not in ("Succeeded", "Failed"):
+                used[node] = used.get(node, 0) + pod_gpus(p, s.gpu_resource)
+        free: dict[str, int] = {}
+        for name, node in nodes.items():
+            if not node_ready(node) or (node.spec and node.spec.unschedulable):
+                continue
+            if _labels(node).get(s.qualified_label) == "false":
+                continue
+            allocatable = (node.status.allocatable or {}) if node.status else {}
+            capacity = _gpu_quantity(allocatable.get(s.gpu_resource, 0))
+            if capacity <= 0:
+                continue
+            free[name] = max(0, capacity - used.get(name, 0))
+        return free
+
+    # ------------------------------------------------------------------ nodes
+
+    def _read_node(self, name: str) -> Any:
+        return self._call("get", f"node {name}", self.core.read_node, name)
+
+    def _patch_node(self, name: str, body: dict[str, Any]) -> Any:
+        return self._call("patch", f"node {name}", self.core.patch_node, name, body)
 
     @activity.defn
     def cordon_node(self, input: CordonInput) -> CordonResult:
         """Cordon and label the node unqualified until it passes qualification."""
-        raise NotImplementedError
+        result = self._cordon(input, input.op_id, input.node, input.reason, input.mark_unqualified)
+        return result
+
+    def _cordon(
+        self,
+        op: MutatingInput,
+        op_id: str,
+        node: str,
+        reason: str,
+        mark_unqualified: bool,
+        *,
+        compensates: str | None = None,
+    ) -> CordonResult:
+        s = self.s
+
+        def apply(applied: str) -> dict[str, Any]:
+            current = self._read_node(node)
+            labels, notes = _labels(current), _annotations(current)
+            was = bool(current.spec.unschedulable) if current.spec else False
+            if notes.get(s.op_annotation) == applied and was:
+                return {"was_unschedulable": notes.get("fleetmend.io/was-unschedulable") == "true"}
+            body: dict[str, Any] = {
+                "spec": {"unschedulable": True},
+                "metadata": {
+                    "annotations": {
+                        s.op_annotation: applied,
+                        "fleetmend.io/cordon-reason": reason[:250],
+                        "fleetmend.io/was-unschedulable": "true" if was else "false",
+                    }
+                },
+            }
+            if mark_unqualified and labels.get(s.qualified_label) != "false":
+                body["metadata"]["labels"] = {s.qualified_label: "false"}
+            self._patch_node(node, body)
+            return {"was_unschedulable": was}
+
+        def confirm(applied: str) -> dict[str, Any] | None:
+            current = self._read_node(node)
+            ok = bool(current.spec.unschedulable) and (
+                not mark_unqualified or _labels(current).get(s.qualified_label) == "false"
+            )
+            return {"unschedulable": True} if ok else None
+
+        outcome = run_effect(
+            self.runner,
+            op,
+            kind="cordon-node",
+            target=f"node/{node}",
+            intent={"unschedulable": True, "qualified": "false" if mark_unqualified else None},
+            apply=apply,
+            confirm=confirm,
+            compensates=compensates,
+            op_id=op_id,
+        )
+        current = self._read_node(node)
+        return CordonResult(
+            node=node,
+            unschedulable=bool(current.spec.unschedulable) if current.spec else False,
+            qualified_label=_labels(current).get(s.qualified_label),
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def uncordon_node(self, input: UncordonInput) -> UncordonResult:
         """Compensation of cordon_node, and the last step of relocation."""
-        raise NotImplementedError
+        return self._uncordon(input, input.op_id, input.node, input.keep_unqualified)
+
+    def _uncordon(
+        self, op: MutatingInput, op_id: str, node: str, keep_unqualified: bool
+    ) -> UncordonResult:
+        s = self.s
+
+        def apply(applied: str) -> dict[str, Any]:
+            body: dict[str, Any] = {
+                "spec": {"unschedulable": False},
+                "metadata": {"annotations": {s.op_annotation: applied}},
+            }
+            if not keep_unqualified:
+                body["metadata"]["labels"] = {s.qualified_label: None}
+            self._patch_node(node, body)
+            return {"unschedulable": False}
+
+        outcome = run_effect(
+            self.runner,
+            op,
+            kind="uncordon-node",
+            target=f"node/{node}",
+            intent={"unschedulable": False, "keep_unqualified": keep_unqualified},
+            apply=apply,
+            op_id=op_id,
+        )
+        current = self._read_node(node)
+        return UncordonResult(
+            node=node,
+            unschedulable=bool(current.spec.unschedulable) if current.spec else False,
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def relocate_misplaced_pod(self, input: RelocateInput) -> RelocateResult:
         """Cordon the wrong node, delete the pod, wait for it to land elsewhere, uncordon."""
-        raise NotImplementedError
+        s = self.s
+        progress = activity.info().heartbeat_details if activity.in_activity() else ()
+        pod = self._try_read_pod(input.namespace, input.pod)
+        done = dict(progress[0]) if progress else {}
+        wrong = done.get("wrong_node") or (
+            pod.spec.node_name if pod is not None and pod.spec else None
+        )
+        if not wrong:
+            raise PermanentError(
+                f"relocate pod {input.namespace}/{input.pod}: not found or not scheduled, "
+                "nothing to relocate"
+            )
+        steps: list[str] = list(done.get("steps", []))
+        owner = done.get("owner") or self._owner_uid(pod)
+        was_cordoned = done.get("was_cordoned")
+        if was_cordoned is None:
+            was_cordoned = bool(self._read_node(wrong).spec.unschedulable)
+        state = {"wrong_node": wrong, "owner": owner, "steps": steps, "was_cordoned": was_cordoned}
+
+        # Stop it landing there again BEFORE deleting, or the controller recreates it in place.
+        cordon = self._cordon(
+            input, f"{input.op_id}/cordon", wrong, f"misplaced {input.pod}", mark_unqualified=False
+        )
+        if "cordon" not in steps:
+            steps.append("cordon")
+        heartbeat(state)
+
+        def apply_delete(op_id: str) -> dict[str, Any]:
+            current = self._try_read_pod(input.namespace, input.pod)
+            if current is None or (current.spec and current.spec.node_name != wrong):
+                return {"deleted": False, "reason": "no longer on the wrong node"}
+            self._patch_pod(
+                input.namespace, input.pod, {"metadata": {"annotations": {s.op_annotation: op_id}}}
+            )
+            self._call(
+                "delete",
+                f"pod {input.namespace}/{input.pod}",
+                self.core.delete_namespaced_pod,
+                input.pod,
+                input.namespace,
+            )
+            return {"deleted": True}
+
+        deleted = run_effect(
+            self.runner,
+            input,
+            kind="delete-pod",
+            target=f"{input.namespace}/pod/{input.pod}",
+            intent={"reason": "wrong pool", "node": wrong},
+            apply=apply_delete,
+            op_id=f"{input.op_id}/delete",
+        )
+        if "delete" not in steps:
+            steps.append("delete")
+        heartbeat(state)
+
+        replacement, replacement_node = None, None
+        deadline = time.monotonic() + input.wait_rescheduled_s
+        while not input.dry_run:
+            replacement, replacement_node = self._replacement(
+                input.namespace, owner, input.pod, wrong
+            )
+            if replacement_node is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise TemporaryError(
+                    f"relocate pod {input.namespace}/{input.pod}: no replacement scheduled "
+                    f"off node {wrong} within {input.wait_rescheduled_s:.0f}s"
+                )
+            wait(s.poll_interval_s, state)
+        if "rescheduled" not in steps:
+            steps.append("rescheduled")
+        if not was_cordoned:
+            self._uncordon(input, f"{input.op_id}/uncordon", wrong, keep_unqualified=True)
+            if "uncordon" not in steps:
+                steps.append("uncordon")
+        return RelocateResult(
+            pod=input.pod,
+            wrong_node=wrong,
+            replacement=replacement,
+            replacement_node=replacement_node,
+            steps=steps,
+            applied_now=cordon.applied_now or deleted.applied_now,
+        )
+
+    def _owner_uid(self, pod: Any) -> str | None:
+        for ref in (pod.metadata.owner_references if pod is not None else None) or []:
+            if ref.controller:
+                return str(ref.uid)
+        return None
+
+    def _replacement(
+        self, namespace: str, owner: str | None, old: str, wrong: str
+    ) -> tuple[str | None, str | None]:
+        """The pod that replaced `old`, once it is scheduled off the wrong node.
+
+        A ReplicaSet replaces under a new name with the same owner; a LeaderWorkerSet or
+        StatefulSet recreates under the same name.
+        """
+        pods = self._call("list", f"pods {namespace}", self.core.list_namespaced_pod, namespace)
+        for p in pods.items or []:
+            if p.metadata.deletion_timestamp is not None:
+                continue
+            same_owner = owner is not None and self._owner_uid(p) == owner
+            if not (same_owner or p.metadata.name == old):
+                continue
+            node = p.spec.node_name if p.spec else None
+            if node and node != wrong:
+                return p.metadata.name, node
+        return None, None
+
+    # ------------------------------------------------------------------ verify
 
     @activity.defn
     def verify_capacity(self, input: VerifyCapacityInput) -> VerifyCapacityResult:
         """Ready replicas, ready endpoints, warm floor, failed nodes cordoned: with evidence."""
-        raise NotImplementedError
+        s = self.s
+        checks: list[Check] = []
+        kind, name, _, _ = self._workload(input.namespace, input.pool)
+        ready = total = 0
+        if kind == "Deployment":
+            d = self._call(
+                "get",
+                f"deployment {input.namespace}/{input.pool}",
+                self.apps.read_namespaced_deployment,
+                input.pool,
+                input.namespace,
+            )
+            ready = int((d.status.ready_replicas if d.status else 0) or 0)
+            total = int((d.status.replicas if d.status else 0) or 0)
+        elif kind == "LeaderWorkerSet":
+            lws = self._call(
+                "get",
+                f"leaderworkerset {input.namespace}/{input.pool}",
+                self.custom.get_namespaced_custom_object,
+                LWS_GROUP,
+                LWS_VERSION,
+                input.namespace,
+                LWS_PLURAL,
+                input.pool,
+            )
+            ready = int((lws.get("status") or {}).get("readyReplicas") or 0)
+            total = int((lws.get("status") or {}).get("replicas") or 0)
+        checks.append(
+            Check(
+                name="workload-ready-replicas",
+                passed=kind is not None and ready >= input.target_replicas,
+                evidence={
+                    "workload": f"{kind}/{name}",
+                    "ready_replicas": ready,
+                    "replicas": total,
+                    "target": input.target_replicas,
+                },
+            )
+        )
+        endpoints = self._endpoint_states(input.namespace, input.service)
+        ready_eps = [e for e in endpoints if e.ready is not False and not e.terminating]
+        target_eps = input.target_endpoints or input.target_replicas
+        checks.append(
+            Check(
+                name="endpointslice-ready-endpoints",
+                passed=len(ready_eps) >= target_eps,
+                evidence={
+                    "ready": len(ready_eps),
+                    "not_ready": len(endpoints) - len(ready_eps),
+                    "target": target_eps,
+                    "ready_pods": sorted(e.pod or e.address for e in ready_eps),
+                },
+            )
+        )
+        nodes = self._nodes()
+        serving = [
+            p
+            for p in self._list_pods(input.namespace, f"{s.pool_label}={input.pool}")
+            if not self._is_warm(p)
+        ]
+        model, revision = input.model, input.revision
+        if model is None or revision is None:
+            m, r = self._model_of(serving)
+            model, revision = model or m, revision or r
+        warm = self._warm_floor(input.namespace, input.pool, model, revision, nodes)
+        checks.append(
+            Check(
+                name="warm-floor-restored",
+                passed=warm.count >= input.warm_floor_target,
+                evidence={
+                    "warm_ready": warm.count,
+                    "target": input.warm_floor_target,
+                    "pods": [r.name for r in warm.ready],
+                    "excluded": warm.excluded,
+                    "model": model,
+                    "revision": revision,
+                },
+            )
+        )
+        node_evidence: dict[str, dict[str, Any]] = {}
+        for n in input.failed_nodes:
+            node = nodes.get(n)
+            node_evidence[n] = {
+                "exists": node is not None,
+                "unschedulable": bool(node.spec.unschedulable) if node and node.spec else None,
+                "qualified": _labels(node).get(s.qualified_label) if node else None,
+            }
+        checks.append(
+            Check(
+                name="failed-nodes-cordoned",
+                passed=all(
+                    (not e["exists"]) or (e["unschedulable"] and e["qualified"] == "false")
+                    for e in node_evidence.values()
+                ),
+                evidence={"nodes": node_evidence},
+            )
+        )
+        return VerifyCapacityResult(passed=all(c.passed for c in checks), checks=checks)

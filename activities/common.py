@@ -7,15 +7,20 @@ from `workflows/replica_loss.py`. Nothing here touches the outside world.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityConfig
 
-from activities.errors import NON_RETRYABLE_TYPES
+from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError
+from ledger.errors import LedgerError, PermanentEffectError
+from ledger.spec import OperationSpec
 
 
 def activity_options(
@@ -96,3 +101,87 @@ def wait(seconds: float, *details: object) -> None:
             return
         heartbeat(*details)
         time.sleep(min(remaining, 0.5))
+
+
+# ---------------------------------------------------------------------------- the ledger
+
+ApplyFn = Callable[[str], dict[str, Any]]
+ConfirmFn = Callable[[str], dict[str, Any] | None]
+
+
+class EffectRunnerLike(Protocol):
+    """What activities need from `activities.effects.EffectRunner`."""
+
+    def run(self, spec: Any, apply: Any, confirm: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class EffectOutcome:
+    state: str
+    applied_now: bool
+    result: dict[str, Any]
+
+    @property
+    def confirmed(self) -> bool:
+        return self.state == "confirmed"
+
+
+def run_effect(
+    runner: EffectRunnerLike,
+    op: MutatingInput,
+    *,
+    kind: str,
+    target: str,
+    intent: dict[str, Any],
+    apply: ApplyFn,
+    confirm: ConfirmFn | None = None,
+    compensates: str | None = None,
+    emergency: bool = False,
+    op_id: str | None = None,
+) -> EffectOutcome:
+    """Run one effect through the ledger under the workflow's operation id.
+
+    `intent` must be a function of the workflow's input only (the ledger refuses the same
+    op id with another intent); measured values belong in what `apply` returns. A
+    non-retryable error raised by `apply` is recorded as failed in the ledger, so it is
+    not left behind as an orphan proposal.
+    """
+    spec = OperationSpec(
+        op_id=op_id or op.op_id,
+        incident_id=op.incident_id,
+        kind=kind,
+        target=target,
+        intent=intent,
+        compensates=compensates,
+        dry_run=op.dry_run,
+        emergency=emergency,
+    )
+
+    def guarded_apply(applied_op_id: str) -> dict[str, Any]:
+        try:
+            return apply(applied_op_id)
+        except ApplicationError as exc:
+            if exc.non_retryable:
+                raise PermanentEffectError(str(exc)) from exc
+            raise
+
+    try:
+        outcome = runner.run(spec, guarded_apply, confirm)
+    except PermanentEffectError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ApplicationError):
+            raise cause from None
+        raise PermanentError(f"{kind} {target}: {exc}") from exc
+    except LedgerError as exc:
+        if exc.permanent:
+            raise PermanentError(f"{kind} {target}: {exc}") from exc
+        raise TemporaryError(f"{kind} {target}: {exc}") from exc
+    result = getattr(outcome, "result", None)
+    if result is None:
+        record = getattr(outcome, "record", None)
+        result = getattr(record, "result", None)
+    return EffectOutcome(
+        state=str(outcome.state),
+        applied_now=bool(outcome.applied_now),
+        result=dict(result or {}),
+    )
