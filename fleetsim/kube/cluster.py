@@ -81,6 +81,8 @@ class Cluster:
         self.endpointslices = EndpointSliceController(self.ctx)
         self.leaderworkersets = LeaderWorkerSetController(self.ctx)
         self.store.subscribe(self._release_ip, resource="pods")
+        for namespace in ("default", "kube-system"):
+            self.add_namespace(namespace)
 
     # ------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:

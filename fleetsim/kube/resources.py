@@ -70,7 +70,7 @@ RESOURCES: tuple[Resource, ...] = (
         "v1",
         True,
         ("po",),
-        ("status", "eviction", "binding"),
+        ("status", "eviction"),
         graceful_delete=True,
         field_labels=(
             "spec.nodeName",

@@ -52,8 +52,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fleetsim.clock import Clock, WallClock
+from fleetsim.kube import defaults, validation
 from fleetsim.kube import patch as patching
-from fleetsim.kube import validation
 from fleetsim.kube.errors import (
     AlreadyExists,
     BadRequest,
@@ -218,6 +218,7 @@ class Store:
         with self._lock:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = self._generate_name(res, meta.get("namespace"), meta["generateName"])
+            defaults.apply(res, new)
             validation.validate(res, new, None)
             key = _key(meta.get("namespace"), meta["name"])
             if key in self._objects[res.key]:
