@@ -14,8 +14,9 @@ import httpx
 from kubernetes.client import ApiClient
 
 from activities.cluster import ClusterActivities
+from activities.common import EffectRunnerLike
 from activities.config import ActivitySettings
-from activities.gateway import GatewayActivities
+from activities.gateway import AnnotationGateway, Gateway, GatewayActivities
 from activities.metrics import MetricsActivities
 from activities.notify import NotifyActivities
 from activities.ramp import RampActivities
@@ -24,7 +25,9 @@ from activities.warmup import WarmupActivities
 
 __all__ = [
     "ActivitySettings",
+    "AnnotationGateway",
     "ClusterActivities",
+    "Gateway",
     "GatewayActivities",
     "MetricsActivities",
     "NotifyActivities",
@@ -37,11 +40,50 @@ __all__ = [
 
 def build_activities(
     k8s: ApiClient,
-    runner: Any,
+    runner: EffectRunnerLike,
     http: httpx.Client,
     settings: ActivitySettings | None = None,
     *,
-    notify_url: str | None = None,
+    gateway: Gateway | None = None,
 ) -> list[Callable[..., Any]]:
-    """Every activity the worker registers, bound to its clients."""
-    raise NotImplementedError
+    """Every activity the worker registers, bound to its clients.
+
+    `runner` is the ledger's `activities.effects.EffectRunner`; `gateway` defaults to the
+    annotation gateway on the same Kubernetes API.
+    """
+    s = settings or ActivitySettings()
+    cluster = ClusterActivities(k8s, runner, s)
+    gw = gateway or AnnotationGateway(k8s, s, http=http, router_metrics_url=s.router_metrics_url)
+    gateway_activities = GatewayActivities(gw, runner)
+    metrics = MetricsActivities(http, timeout_s=s.http_timeout_s)
+    ramp = RampActivities(gw, http, runner, timeout_s=s.http_timeout_s)
+    warmup = WarmupActivities(http)
+    triage = TriageActivities(cluster, http)
+    notify = NotifyActivities(http, s.notify_webhook_url, runner)
+    return [
+        cluster.assess_loss,
+        cluster.read_routing_state,
+        cluster.deroute_replica,
+        cluster.restore_routing_label,
+        cluster.force_delete_pod,
+        cluster.promote_warm,
+        cluster.demote_warm,
+        cluster.scale_pool,
+        cluster.estimate_lead_time,
+        cluster.diagnose_pending,
+        cluster.cordon_node,
+        cluster.uncordon_node,
+        cluster.relocate_misplaced_pod,
+        cluster.verify_capacity,
+        gateway_activities.apply_shed_tier,
+        gateway_activities.restore_shed_tier,
+        gateway_activities.apply_retry_contract,
+        gateway_activities.set_router_weights,
+        metrics.read_pressure,
+        metrics.read_replica_rates,
+        metrics.verify_serving,
+        ramp.ramp_traffic,
+        warmup.warm_up_replica,
+        triage.triage_node,
+        notify.notify_incident_channel,
+    ]

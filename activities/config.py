@@ -47,6 +47,10 @@ class ActivitySettings(BaseModel):
     retry_policy_annotation: str = "gateway.fleetmend.io/retry-policy"
     router_weight_annotation: str = "router.fleetmend.io/weight"
     default_router_weight: float = 100.0
+    # The router's counters of requests retried before the first byte and streams ended
+    # with a terminal error after it, labelled by the lost pod.
+    router_retried_metric: str = "router_requests_retried_total"
+    router_terminated_metric: str = "router_streams_terminated_total"
 
     # Replicas and nodes over HTTP.
     metrics_port_name: str = "http"
@@ -55,6 +59,10 @@ class ActivitySettings(BaseModel):
     dcgm_port_name: str = "dcgm"
     dcgm_port: int = 9400
     dcgm_address_annotation: str = "fleetmend.io/dcgm-url"
+
+    # Where the incident channel (JSON webhook, Slack-compatible) and the router's counters are.
+    notify_webhook_url: str | None = None
+    router_metrics_url: str | None = None
 
     # Numbers the runbook leaves to the operator.
     default_lead_time_s: float = 900.0

@@ -14,12 +14,18 @@ the router reads them from the Service annotation: 0 none, 1 parameter degrade (
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
+import httpx
+from kubernetes import client
+from kubernetes.client import ApiClient
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import MutatingInput, activity_options
+from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
+from activities.config import ActivitySettings
+from activities.errors import PermanentError, RefusedError, TemporaryError, k8s_call
+from activities.metrics import scrape
 
 TIER_NONE = 0
 TIER_PARAMETER_DEGRADE = 1
@@ -118,6 +124,8 @@ class RestoreShedTierInput(MutatingInput):
     # Evidence that the warm floor is back; the activity refuses without it.
     warm_floor_ready: int
     warm_floor_target: int
+    # The apply_shed_tier operation this undoes (the ledger's drift check reads it).
+    compensates: str | None = None
 
 
 class RestoreShedTierResult(BaseModel):
@@ -271,7 +279,9 @@ class Gateway(Protocol):
 
     def write_tier(self, namespace: str, pool: str, spec: TierSpec) -> None: ...
 
-    def write_retry_policy(self, namespace: str, pool: str, policy: str, op_id: str) -> bool: ...
+    def read_retry_policy(self, namespace: str, pool: str) -> str | None: ...
+
+    def write_retry_policy(self, namespace: str, pool: str, policy: str, op_id: str) -> None: ...
 
     def read_inflight(
         self, namespace: str, pool: str, pods: list[str]
@@ -279,28 +289,361 @@ class Gateway(Protocol):
 
     def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]: ...
 
-    def write_weights(self, namespace: str, weights: dict[str, int], op_id: str) -> None: ...
+    def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None: ...
+
+
+RETRY_BEFORE_FIRST_BYTE = "retry-before-first-byte"
+
+
+class AnnotationGateway:
+    """The default gateway: state in annotations the router watches.
+
+    The tier sits on the pool's Service (`gateway.fleetmend.io/shed-tier`, the level; the
+    full spec as JSON beside it), the retry contract on the Service too, and router weights
+    on each pod. In-flight outcomes come from the router's own /metrics.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        settings: ActivitySettings | None = None,
+        *,
+        http: httpx.Client | None = None,
+        router_metrics_url: str | None = None,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.s = settings or ActivitySettings()
+        self.http = http
+        self.router_metrics_url = router_metrics_url
+
+    def _service(self, namespace: str, pool: str) -> Any:
+        return self.core.read_namespaced_service(
+            pool, namespace, _request_timeout=self.s.kubernetes_timeout_s
+        )
+
+    def read_tier(self, namespace: str, pool: str) -> TierSpec:
+        try:
+            svc = self._service(namespace, pool)
+        except Exception as exc:
+            raise GatewayUnavailable(f"get service {namespace}/{pool}: {exc}") from exc
+        notes = (svc.metadata.annotations if svc.metadata else None) or {}
+        raw = notes.get(self.s.shed_tier_annotation)
+        try:
+            level = int(raw) if raw not in (None, "") else TIER_NONE
+        except ValueError as exc:
+            raise GatewayUnavailable(
+                f"service {namespace}/{pool}: tier {raw!r} unreadable"
+            ) from exc
+        spec_raw = notes.get(self.s.shed_spec_annotation)
+        if spec_raw:
+            try:
+                spec = TierSpec.model_validate_json(spec_raw)
+                if spec.level == level:
+                    return spec
+            except ValueError:
+                pass
+        return tier_spec(level) if level in TIER_NAMES else TierSpec(level=level, name="unknown")
+
+    def write_tier(self, namespace: str, pool: str, spec: TierSpec) -> None:
+        s = self.s
+        clear = spec.level == TIER_NONE
+        notes: dict[str, Any] = {
+            s.shed_tier_annotation: None if clear else str(spec.level),
+            s.shed_spec_annotation: None if clear else spec.model_dump_json(),
+        }
+        if spec.op_id:
+            notes[s.op_annotation] = spec.op_id
+        k8s_call(
+            "patch",
+            f"service {namespace}/{pool}",
+            lambda: self.core.patch_namespaced_service(
+                pool,
+                namespace,
+                {"metadata": {"annotations": notes}},
+                _request_timeout=s.kubernetes_timeout_s,
+            ),
+        )
+
+    def read_retry_policy(self, namespace: str, pool: str) -> str | None:
+        svc = k8s_call("get", f"service {namespace}/{pool}", lambda: self._service(namespace, pool))
+        notes = (svc.metadata.annotations if svc.metadata else None) or {}
+        return notes.get(self.s.retry_policy_annotation)
+
+    def write_retry_policy(self, namespace: str, pool: str, policy: str, op_id: str) -> None:
+        s = self.s
+        body = {
+            "metadata": {"annotations": {s.retry_policy_annotation: policy, s.op_annotation: op_id}}
+        }
+        k8s_call(
+            "patch",
+            f"service {namespace}/{pool}",
+            lambda: self.core.patch_namespaced_service(
+                pool, namespace, body, _request_timeout=s.kubernetes_timeout_s
+            ),
+        )
+
+    def read_inflight(
+        self, namespace: str, pool: str, pods: list[str]
+    ) -> dict[str, InflightCounts]:
+        if self.http is None or not self.router_metrics_url:
+            raise PermanentError(
+                f"read in-flight outcomes for {namespace}/{pool}: no router metrics address configured"
+            )
+        snap = scrape(self.http, self.router_metrics_url, timeout=self.s.http_timeout_s)
+        out = {pod: InflightCounts() for pod in pods}
+        for metric, attr in (
+            (self.s.router_retried_metric, "retried"),
+            (self.s.router_terminated_metric, "terminated"),
+        ):
+            stem = metric.removesuffix("_total")
+            rows = snap.samples.get(f"{stem}_total") or snap.samples.get(stem) or []
+            for labels, value in rows:
+                if labels.get("namespace", namespace) != namespace:
+                    continue
+                pod = labels.get("pod")
+                if pod in out:
+                    setattr(out[pod], attr, getattr(out[pod], attr) + int(value))
+        return out
+
+    def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for name in pods:
+            pod = k8s_call(
+                "get",
+                f"pod {namespace}/{name}",
+                lambda name=name: self.core.read_namespaced_pod(  # type: ignore[misc]
+                    name, namespace, _request_timeout=self.s.kubernetes_timeout_s
+                ),
+            )
+            raw = ((pod.metadata.annotations if pod.metadata else None) or {}).get(
+                self.s.router_weight_annotation
+            )
+            try:
+                out[name] = None if raw is None else round(float(raw))
+            except ValueError:
+                out[name] = None
+        return out
+
+    def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None:
+        s = self.s
+        for name, weight in sorted(weights.items()):
+            body = {
+                "metadata": {
+                    "annotations": {
+                        s.router_weight_annotation: None if weight is None else str(weight),
+                        s.op_annotation: op_id,
+                    }
+                }
+            }
+            k8s_call(
+                "patch",
+                f"pod {namespace}/{name}",
+                lambda name=name, body=body: self.core.patch_namespaced_pod(  # type: ignore[misc]
+                    name, namespace, body, _request_timeout=s.kubernetes_timeout_s
+                ),
+            )
 
 
 class GatewayActivities:
     """Activities over one `Gateway`, holding it and the ledger runner."""
 
+    def __init__(self, gateway: Gateway, runner: EffectRunnerLike) -> None:
+        self.gateway = gateway
+        self.runner = runner
+        # Last tier seen per pool, for when the store cannot be read (never reset to none).
+        self.last_known: dict[tuple[str, str], TierSpec] = {}
+
+    def _current(self, namespace: str, pool: str, floor: int) -> tuple[TierSpec, bool]:
+        try:
+            spec = self.gateway.read_tier(namespace, pool)
+        except GatewayUnavailable:
+            known = self.last_known.get((namespace, pool))
+            if known is not None and known.level >= floor:
+                return known, False
+            return tier_spec(floor), False
+        self.last_known[(namespace, pool)] = spec
+        return spec, True
+
     @activity.defn
     def apply_shed_tier(self, input: ShedTierInput) -> ShedTierResult:
         """Choose the tier from the survivors' pressure and apply it (never loosening)."""
-        raise NotImplementedError
+        current, readable = self._current(input.namespace, input.pool, input.last_known_level)
+        floor = max(current.level, input.last_known_level)
+        decision = choose_tier(
+            input.pressure,
+            thresholds=input.thresholds,
+            current_level=floor,
+            max_level=input.max_level,
+        )
+        if readable and decision.level == current.level:
+            return ShedTierResult(
+                decision=decision,
+                previous=current,
+                applied=current,
+                store_readable=True,
+                applied_now=False,
+            )
+
+        def apply(op_id: str) -> dict[str, Any]:
+            spec = tier_spec(
+                decision.level,
+                large_model=input.large_model,
+                small_model=input.small_model,
+                small_model_context_tokens=input.small_model_context_tokens,
+                retry_after_s=input.retry_after_s,
+                op_id=op_id,
+            )
+            try:
+                self.gateway.write_tier(input.namespace, input.pool, spec)
+            except GatewayUnavailable as exc:
+                raise TemporaryError(
+                    f"write shed tier {input.namespace}/{input.pool}: {exc}"
+                ) from exc
+            self.last_known[(input.namespace, input.pool)] = spec
+            return {"applied": spec.model_dump(), "previous": current.model_dump()}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            try:
+                seen = self.gateway.read_tier(input.namespace, input.pool)
+            except GatewayUnavailable:
+                return None
+            return {"level": seen.level} if seen.level == decision.level else None
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="shed-tier",
+            target=f"{input.namespace}/service/{input.pool}",
+            intent={
+                "pressure": input.pressure.model_dump(),
+                "max_level": input.max_level,
+                "last_known_level": input.last_known_level,
+            },
+            apply=apply,
+            confirm=confirm,
+            emergency=True,
+        )
+        applied = (
+            TierSpec.model_validate(outcome.result["applied"])
+            if "applied" in outcome.result
+            else tier_spec(decision.level)
+        )
+        return ShedTierResult(
+            decision=decision,
+            previous=current,
+            applied=applied,
+            store_readable=readable,
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def restore_shed_tier(self, input: RestoreShedTierInput) -> RestoreShedTierResult:
         """Put back the earlier tier, only once the warm floor is restored."""
-        raise NotImplementedError
+        if input.warm_floor_ready < input.warm_floor_target:
+            raise RefusedError(
+                f"keeping the shed tier on {input.namespace}/{input.pool}: warm floor "
+                f"{input.warm_floor_ready}/{input.warm_floor_target}. Removing it while the "
+                "fleet has no spare means the next failure starts from zero."
+            )
+        try:
+            current = self.gateway.read_tier(input.namespace, input.pool)
+        except GatewayUnavailable as exc:
+            # Unreadable store: keep what is there rather than guess; try again later.
+            raise TemporaryError(
+                f"restore shed tier {input.namespace}/{input.pool}: store unreadable: {exc}"
+            ) from exc
+
+        def apply(op_id: str) -> dict[str, Any]:
+            spec = input.restore_to.model_copy(update={"op_id": op_id})
+            try:
+                self.gateway.write_tier(input.namespace, input.pool, spec)
+            except GatewayUnavailable as exc:
+                raise TemporaryError(str(exc)) from exc
+            self.last_known[(input.namespace, input.pool)] = spec
+            return {"applied": spec.model_dump()}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            try:
+                seen = self.gateway.read_tier(input.namespace, input.pool)
+            except GatewayUnavailable:
+                return None
+            return {"level": seen.level} if seen.level == input.restore_to.level else None
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="restore-shed-tier",
+            target=f"{input.namespace}/service/{input.pool}",
+            intent={"restore_to": input.restore_to.level},
+            apply=apply,
+            confirm=confirm,
+            compensates=input.compensates,
+        )
+        applied = (
+            TierSpec.model_validate(outcome.result["applied"])
+            if "applied" in outcome.result
+            else input.restore_to
+        )
+        return RestoreShedTierResult(
+            previous=current, applied=applied, applied_now=outcome.applied_now
+        )
 
     @activity.defn
     def apply_retry_contract(self, input: RetryContractInput) -> RetryContractResult:
         """Retry before the first byte only; count retried and terminated per lost replica."""
-        raise NotImplementedError
+
+        def apply(op_id: str) -> dict[str, Any]:
+            if (
+                self.gateway.read_retry_policy(input.namespace, input.pool)
+                != RETRY_BEFORE_FIRST_BYTE
+            ):
+                self.gateway.write_retry_policy(
+                    input.namespace, input.pool, RETRY_BEFORE_FIRST_BYTE, op_id
+                )
+            return {"policy": RETRY_BEFORE_FIRST_BYTE}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            seen = self.gateway.read_retry_policy(input.namespace, input.pool)
+            return {"policy": seen} if seen == RETRY_BEFORE_FIRST_BYTE else None
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="retry-contract",
+            target=f"{input.namespace}/service/{input.pool}",
+            intent={"policy": RETRY_BEFORE_FIRST_BYTE},
+            apply=apply,
+            confirm=confirm,
+        )
+        counts = self.gateway.read_inflight(input.namespace, input.pool, input.lost_pods)
+        return RetryContractResult(
+            policy=RETRY_BEFORE_FIRST_BYTE,
+            per_replica=counts,
+            total_retried=sum(c.retried for c in counts.values()),
+            total_terminated=sum(c.terminated for c in counts.values()),
+            applied_now=outcome.applied_now,
+        )
 
     @activity.defn
     def set_router_weights(self, input: RouterWeightsInput) -> RouterWeightsResult:
         """Set per-pod router weights (ramp steps and their compensation)."""
-        raise NotImplementedError
+        previous = self.gateway.read_weights(input.namespace, sorted(input.weights))
+
+        def apply(op_id: str) -> dict[str, Any]:
+            self.gateway.write_weights(input.namespace, dict(input.weights), op_id)
+            return {"previous": previous, "applied": input.weights}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="router-weights",
+            target=f"{input.namespace}/pod/{sorted(input.weights)[0]}",
+            intent={"weights": input.weights},
+            apply=apply,
+        )
+        recorded = outcome.result.get("previous", previous)
+        return RouterWeightsResult(
+            previous={k: (None if v is None else int(v)) for k, v in recorded.items()},
+            applied=input.weights,
+            applied_now=outcome.applied_now,
+        )

@@ -8,10 +8,14 @@ not post twice.
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import MutatingInput, activity_options
+from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
+from activities.errors import PermanentError, http_errors
 
 
 class Fact(BaseModel):
@@ -29,17 +33,105 @@ class NotifyInput(MutatingInput):
 class NotifyResult(BaseModel):
     delivered: bool
     status_code: int | None
-    body: dict[str, object]
+    body: dict[str, Any]
     applied_now: bool
 
 
 NOTIFY_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
 
 
+def format_value(fact: Fact) -> str:
+    value = fact.value
+    if isinstance(value, float):
+        text = f"{value:.0f}" if value.is_integer() else f"{value:.3g}"
+    else:
+        text = str(value)
+    return f"{text} {fact.unit}".strip()
+
+
+def message_body(input: NotifyInput) -> dict[str, Any]:
+    """The webhook body: Slack's `text` and `blocks`, plus the facts as typed JSON."""
+    lines = [f"*{input.title}*"] + [f"• {f.name}: {format_value(f)}" for f in input.facts]
+    if input.text:
+        lines.append(input.text)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": input.title[:150]}}
+    ]
+    # Slack allows at most ten fields per section.
+    for i in range(0, len(input.facts), 10):
+        blocks.append(
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*{f.name}*\n{format_value(f)}"}
+                    for f in input.facts[i : i + 10]
+                ],
+            }
+        )
+    if input.text:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": input.text[:3000]}})
+    return {
+        "text": "\n".join(lines),
+        "blocks": blocks,
+        "fleetmend": {
+            "incident_id": input.incident_id,
+            "op_id": input.op_id,
+            "title": input.title,
+            "facts": [f.model_dump() for f in input.facts],
+        },
+    }
+
+
+def lead_time_facts(seconds: float, source: str, samples: int, warm_floor: int) -> list[Fact]:
+    """The provisioning announcement: how long until capacity, as a number, and from what."""
+    return [
+        Fact(name="provisioning lead time", value=round(seconds, 1), unit="s"),
+        Fact(name="lead time minutes", value=round(seconds / 60.0, 1), unit="min"),
+        Fact(name="estimate source", value=source),
+        Fact(name="past startups observed", value=samples),
+        Fact(name="warm replicas available", value=warm_floor),
+    ]
+
+
 class NotifyActivities:
     """Posts to the incident channel webhook."""
+
+    def __init__(self, http: httpx.Client, url: str | None, runner: EffectRunnerLike) -> None:
+        self.http = http
+        self.url = url
+        self.runner = runner
 
     @activity.defn
     def notify_incident_channel(self, input: NotifyInput) -> NotifyResult:
         """Post one message (Slack-compatible JSON), once per operation id."""
-        raise NotImplementedError
+        body = message_body(input)
+        if not self.url:
+            raise PermanentError("notify incident channel: no webhook URL configured")
+        url = self.url
+
+        def apply(op_id: str) -> dict[str, Any]:
+            with http_errors("post to incident channel", url):
+                response = self.http.post(
+                    url,
+                    json=body,
+                    # Receivers that deduplicate can use it; the ledger already does.
+                    headers={"Idempotency-Key": op_id},
+                )
+                response.raise_for_status()
+            return {"status_code": response.status_code}
+
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="notify",
+            target="webhook/incident-channel",
+            intent={"title": input.title, "facts": [f.model_dump() for f in input.facts]},
+            apply=apply,
+        )
+        status = outcome.result.get("status_code")
+        return NotifyResult(
+            delivered=status is not None and not input.dry_run,
+            status_code=None if status is None else int(status),
+            body=body,
+            applied_now=outcome.applied_now,
+        )

@@ -8,13 +8,24 @@ under the SLO, and the ramp holds or backs off that replica when it does not.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
+import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import MutatingInput, PodRef, activity_options
+from activities.common import (
+    EffectRunnerLike,
+    MutatingInput,
+    PodRef,
+    activity_options,
+    heartbeat,
+    run_effect,
+)
+from activities.gateway import Gateway
+from activities.metrics import request_rate, sample_window, ttft_p99
 
 RampAction = Literal["advance", "hold", "back-off", "not-warmed"]
 
@@ -154,7 +165,158 @@ RAMP_OPTIONS = activity_options(
 class RampActivities:
     """The ramp loop over the gateway (weights) and the replicas' metrics (rates, TTFT)."""
 
+    def __init__(
+        self,
+        gateway: Gateway,
+        http: httpx.Client,
+        runner: EffectRunnerLike,
+        *,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.gateway = gateway
+        self.http = http
+        self.runner = runner
+        self.timeout_s = timeout_s
+
     @activity.defn
     def ramp_traffic(self, input: RampInput) -> RampResult:
-        """Apply rate-weighted router weights in steps, watching TTFT p99 per new endpoint."""
-        raise NotImplementedError
+        """Apply rate-weighted router weights in steps, watching TTFT p99 per new endpoint.
+
+        Each step measures every replica over `step_interval_s` under the weights in force,
+        then sets the next weights (one ledger operation per step, `{op_id}/step-{n}`).
+        Progress is heartbeated, so a retried attempt resumes at the step it reached.
+        """
+        warm = {r.name: r for r in input.warm_replicas}
+        new = {r.name: r for r in input.new_replicas}
+        targets = [*input.warm_replicas, *input.new_replicas]
+        pods = sorted({*warm, *new})
+        details = activity.info().heartbeat_details if activity.in_activity() else ()
+        state: dict[str, Any] = dict(details[0]) if details else {}
+        previous: dict[str, int | None] = state.get("previous") or self.gateway.read_weights(
+            input.namespace, pods
+        )
+        credit: dict[str, float] = dict(state.get("credit", {}))
+        back_offs: dict[str, int] = dict(state.get("back_offs", {}))
+        records = [RampStepRecord.model_validate(r) for r in state.get("records", [])]
+        step = int(state.get("step", 0))
+        applied_any = bool(state.get("applied_any", False))
+        weights: dict[str, int] = dict(state.get("weights", {}))
+        warmed = set(input.warmed_pods)
+        if not new:
+            return RampResult(
+                completed=True,
+                steps=[],
+                final_weights={},
+                previous_weights=previous,
+                keep_shedding=False,
+                applied_now=False,
+            )
+        max_iterations = input.steps + input.max_back_offs + 2
+        completed = False
+        held_back: set[str] = set()
+
+        while len(records) < max_iterations:
+            window = sample_window(
+                self.http, targets, input.step_interval_s, timeout=self.timeout_s
+            )
+            rates: dict[str, float | None] = {}
+            ttft: dict[str, float | None] = {}
+            for name in pods:
+                if name in window.errors:
+                    rates[name], ttft[name] = None, None
+                    continue
+                b, a = window.before[name], window.after[name]
+                rates[name] = request_rate(b, a, window.interval_s)
+                ttft[name] = ttft_p99(b, a)[0]
+            if (
+                records
+                and all(a == "advance" for p, a in records[-1].actions.items() if p in warmed)
+                and step >= input.steps
+                and all(
+                    ttft.get(p) is None or ttft[p] <= input.hold_fraction * input.ttft_slo_s  # type: ignore[operator]
+                    for p in new
+                    if p in warmed
+                )
+            ):
+                completed = True
+                break
+            step = min(input.steps, step + 1)
+            plan = plan_ramp_step(
+                warm_rates={p: rates.get(p) for p in warm},
+                new_ttft_p99_s={p: ttft.get(p) for p in new},
+                previous_credit=credit,
+                step=step,
+                steps=input.steps,
+                ttft_slo_s=input.ttft_slo_s,
+                hold_fraction=input.hold_fraction,
+                probe_share=input.probe_share,
+                warmed=warmed,
+                total_weight=input.total_weight,
+            )
+            for pod, action in plan.actions.items():
+                if action == "back-off":
+                    back_offs[pod] = back_offs.get(pod, 0) + 1
+                    # A back-off undoes the step it answered, so the ramp does not skip ahead.
+                    step = max(0, step - 1)
+            credit = {p: plan.credited_rates[p] for p in new}
+            weights = plan.weights
+            index = len(records) + 1
+            outcome = run_effect(
+                self.runner,
+                input,
+                kind="router-weights",
+                target=f"{input.namespace}/pod/{pods[0]}",
+                intent={"ramp_step": index},
+                apply=functools.partial(self._write, input.namespace, weights),
+                op_id=f"{input.op_id}/step-{index}",
+            )
+            applied_any = applied_any or outcome.applied_now
+            records.append(
+                RampStepRecord(
+                    index=index, weights=weights, rates=rates, ttft_p99_s=ttft, actions=plan.actions
+                )
+            )
+            heartbeat(
+                {
+                    "previous": previous,
+                    "credit": credit,
+                    "back_offs": back_offs,
+                    "records": [r.model_dump() for r in records],
+                    "step": step,
+                    "applied_any": applied_any,
+                    "weights": weights,
+                }
+            )
+            held_back = {p for p, n in back_offs.items() if n > input.max_back_offs}
+            held_back |= {p for p in new if p not in warmed}
+            if any(n > input.max_back_offs for n in back_offs.values()):
+                break
+
+        not_warm = sorted(held_back | {p for p in new if p not in warmed})
+        if completed and not not_warm:
+            keep, reason = False, ""
+        elif not completed:
+            keep, reason = (
+                True,
+                (
+                    f"ramp stopped after {len(records)} step(s) without every new replica at full "
+                    f"share under {input.hold_fraction:.0%} of the {input.ttft_slo_s:g}s TTFT SLO"
+                ),
+            )
+        else:
+            keep, reason = True, f"not warm: {', '.join(not_warm)}"
+        return RampResult(
+            completed=completed,
+            steps=records,
+            final_weights=weights,
+            previous_weights=previous,
+            held_back=not_warm,
+            keep_shedding=keep,
+            keep_shedding_reason=reason,
+            applied_now=applied_any,
+        )
+
+    def _write(self, namespace: str, weights: dict[str, int], op_id: str) -> dict[str, Any]:
+        # Bound per step with functools.partial: the ledger calls it with the step's op id.
+        self.gateway.write_weights(namespace, dict(weights), op_id)
+        return {"weights": weights}

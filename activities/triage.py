@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
+import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from activities.cluster import ClusterActivities, pod_ready
 from activities.common import MutatingInput, activity_options
-from activities.metrics import MetricSnapshot
+from activities.errors import RefusedError
+from activities.metrics import MetricSnapshot, scrape
 
 Disposition = Literal["replace-gpu", "reboot-node", "restart-process", "capacity-loss", "drain"]
 FaultClass = Literal["xid", "ecc", "thermal", "driver"]
@@ -99,6 +103,7 @@ DISPOSITION_ORDER: tuple[Disposition, ...] = (
 )
 
 THERMAL_LIMIT_C = 85.0
+MEMORY_XIDS = frozenset({48, 63, 64, 92, 94, 95})
 
 
 def classify_fault(fault: Fault) -> Classification:
@@ -165,13 +170,15 @@ def faults_from_dcgm(
     for xid in known_xids or []:
         if not any(code == xid for _, code in seen_xids):
             faults.append(Fault(fault_class="xid", xid=xid, detail="from the alert"))
-    for name in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"):
-        for labels, value in snapshot.samples.get(name, []):
-            if value > 0:
-                gpu = labels.get("gpu")
-                evidence[f"ecc_dbe.gpu{gpu}"] = value
+    # An Xid that is itself a memory error already accounts for the ECC counts it bumped.
+    explained = {gpu for gpu, code in seen_xids if code in MEMORY_XIDS}
+    for labels, value in snapshot.samples.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", []):
+        gpu = labels.get("gpu")
+        if value > 0:
+            evidence[f"ecc_dbe_volatile.gpu{gpu}"] = value
+            if gpu not in explained:
                 faults.append(
-                    Fault(fault_class="ecc", gpu=gpu, detail=f"uncorrectable {value:g} ({name})")
+                    Fault(fault_class="ecc", gpu=gpu, detail=f"uncorrectable {value:g} (volatile)")
                 )
     for labels, value in snapshot.samples.get("DCGM_FI_DEV_GPU_TEMP", []):
         gpu = labels.get("gpu")
@@ -190,7 +197,88 @@ def faults_from_dcgm(
 class TriageActivities:
     """Reads DCGM over HTTP and quarantines the node through the Kubernetes API."""
 
+    def __init__(self, cluster: ClusterActivities, http: httpx.Client) -> None:
+        self.cluster = cluster
+        self.http = http
+        self.s = cluster.s
+
+    def _serving_pods(self, node: str, namespaces: list[str]) -> list[str]:
+        s = self.s
+        pods = self.cluster._call(
+            "list",
+            f"pods on node {node}",
+            self.cluster.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+        )
+        serving = []
+        for p in pods.items or []:
+            if namespaces and p.metadata.namespace not in namespaces:
+                continue
+            if p.spec is None or p.spec.node_name != node:
+                continue
+            labels = p.metadata.labels or {}
+            if labels.get(s.router_label) == s.router_label_value and pod_ready(p):
+                serving.append(f"{p.metadata.namespace}/{p.metadata.name}")
+        return serving
+
+    def _dcgm_url(self, input: TriageInput) -> str | None:
+        if input.dcgm_url:
+            return input.dcgm_url
+        node = self.cluster._read_node(input.node)
+        notes = node.metadata.annotations or {}
+        if notes.get(self.s.dcgm_address_annotation):
+            return str(notes[self.s.dcgm_address_annotation])
+        for a in (node.status.addresses if node.status else None) or []:
+            if a.type == "InternalIP":
+                return f"http://{a.address}:{self.s.dcgm_port}/metrics"
+        return None
+
     @activity.defn
     def triage_node(self, input: TriageInput) -> TriageResult:
         """Refuse while the node serves; classify its faults; cordon and label it."""
-        raise NotImplementedError
+        serving = self._serving_pods(input.node, input.serving_namespaces)
+        if serving:
+            raise RefusedError(
+                f"refusing to triage node {input.node}: still in the serving path "
+                f"({', '.join(serving)} ready with {self.s.router_label}="
+                f"{self.s.router_label_value}); deroute first"
+            )
+        faults: list[Fault] = []
+        evidence: dict[str, float] = {}
+        dcgm_error: str | None = None
+        url = self._dcgm_url(input)
+        if url is None:
+            dcgm_error = "no DCGM exporter address for the node"
+        else:
+            try:
+                snapshot = scrape(self.http, url, timeout=self.s.http_timeout_s)
+                faults, evidence = faults_from_dcgm(snapshot, input.known_xids)
+            except ApplicationError as exc:
+                # A dead node has no exporter; the alert's Xid still classifies it.
+                dcgm_error = str(exc)
+        if dcgm_error is not None:
+            faults = [
+                Fault(fault_class="xid", xid=x, detail="from the alert") for x in input.known_xids
+            ]
+        faults.extend(input.reported_faults)
+        verdict, per_fault = classify_node(faults)
+        cordon = self.cluster._cordon(
+            input,
+            input.op_id,
+            input.node,
+            f"triage: {verdict.disposition} ({verdict.reason})",
+            mark_unqualified=True,
+        )
+        return TriageResult(
+            node=input.node,
+            faults=faults,
+            disposition=verdict.disposition,
+            runbook=verdict.runbook,
+            reason=verdict.reason,
+            per_fault=per_fault,
+            evidence=evidence,
+            dcgm_error=dcgm_error,
+            cordoned=cordon.unschedulable,
+            qualified_label=cordon.qualified_label or "",
+            applied_now=cordon.applied_now,
+        )

@@ -9,10 +9,15 @@ so this activity does not go through the ledger.
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import PodRef, activity_options
+from activities.common import PodRef, activity_options, heartbeat
+from activities.errors import PermanentError, TemporaryError, http_errors
 
 
 class WarmupInput(BaseModel):
@@ -43,10 +48,129 @@ class WarmupResult(BaseModel):
 WARMUP_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=3)
 
 
+def warmup_verdict(
+    *,
+    ttft_before_s: float | None,
+    ttft_after_s: float | None,
+    failures: int,
+    min_ttft_drop: float,
+    warm_ttft_s: float,
+) -> tuple[bool, str]:
+    """Pass only with no failed request and a TTFT that dropped (or was already warm)."""
+    if failures:
+        return False, f"{failures} warm-up request(s) failed"
+    if ttft_after_s is None or ttft_before_s is None:
+        return False, "no TTFT measured"
+    if ttft_after_s <= warm_ttft_s:
+        return True, f"TTFT {ttft_after_s:.3f}s <= warm figure {warm_ttft_s:.3f}s"
+    if ttft_after_s <= ttft_before_s * (1.0 - min_ttft_drop):
+        return True, (
+            f"TTFT dropped {ttft_before_s:.3f}s -> {ttft_after_s:.3f}s (>= {min_ttft_drop:.0%})"
+        )
+    return False, (
+        f"TTFT {ttft_before_s:.3f}s -> {ttft_after_s:.3f}s: dropped less than "
+        f"{min_ttft_drop:.0%} and above the warm figure {warm_ttft_s:.3f}s"
+    )
+
+
 class WarmupActivities:
     """Sends warm-up requests to a replica's own address, bypassing the router."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def _url(self, ref: PodRef) -> str:
+        if not ref.metrics_url:
+            raise PermanentError(f"warm up pod {ref.namespace}/{ref.name}: no address known")
+        return ref.metrics_url.rstrip("/").removesuffix("/metrics") + "/v1/chat/completions"
+
+    def _request(self, url: str, model: str, max_tokens: int, timeout: float) -> float:
+        """One streamed completion; returns its time to first token in seconds."""
+        body = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "messages": [{"role": "user", "content": "fleetmend warm-up"}],
+        }
+        started = time.monotonic()
+        with (
+            http_errors("warm-up request", url),
+            self.http.stream("POST", url, json=body, timeout=timeout) as response,
+        ):
+            response.raise_for_status()
+            first: float | None = None
+            for line in response.iter_lines():
+                if first is None and line.startswith("data:") and line.strip() != "data: [DONE]":
+                    first = time.monotonic() - started
+            if first is None:
+                raise TemporaryError(f"warm-up request {url}: stream ended without a token")
+            return first
+
+    def _batch(
+        self, url: str, model: str, tokens: int, count: int, timeout: float, parallel: bool
+    ) -> tuple[list[float], int]:
+        ttfts: list[float] = []
+        failures = 0
+        if parallel:
+            with ThreadPoolExecutor(max_workers=max(1, count)) as pool:
+                futures = [
+                    pool.submit(self._request, url, model, tokens, timeout) for _ in range(count)
+                ]
+                for f in futures:
+                    try:
+                        ttfts.append(f.result())
+                    except Exception:
+                        failures += 1
+            return ttfts, failures
+        for _ in range(count):
+            try:
+                ttfts.append(self._request(url, model, tokens, timeout))
+            except Exception:
+                failures += 1
+            heartbeat()
+        return ttfts, failures
 
     @activity.defn
     def warm_up_replica(self, input: WarmupInput) -> WarmupResult:
         """Short, medium and concurrent requests; pass if TTFT dropped."""
-        raise NotImplementedError
+        url = self._url(input.replica)
+        t = input.request_timeout_s
+        before, f0 = self._batch(url, input.model, input.short_tokens, 1, t, parallel=False)
+        _, f1 = self._batch(
+            url, input.model, input.short_tokens, input.short_requests, t, parallel=False
+        )
+        _, f2 = self._batch(
+            url, input.model, input.medium_tokens, input.medium_requests, t, parallel=False
+        )
+        heartbeat()
+        _, f3 = self._batch(
+            url, input.model, input.short_tokens, input.concurrent_requests, t, parallel=True
+        )
+        heartbeat()
+        after, f4 = self._batch(url, input.model, input.short_tokens, 1, t, parallel=False)
+        failures = f0 + f1 + f2 + f3 + f4
+        sent = 2 + input.short_requests + input.medium_requests + input.concurrent_requests
+        ttft_before = before[0] if before else None
+        ttft_after = after[0] if after else None
+        passed, reason = warmup_verdict(
+            ttft_before_s=ttft_before,
+            ttft_after_s=ttft_after,
+            failures=failures,
+            min_ttft_drop=input.min_ttft_drop,
+            warm_ttft_s=input.warm_ttft_s,
+        )
+        return WarmupResult(
+            pod=input.replica.name,
+            passed=passed,
+            reason=reason,
+            ttft_before_s=ttft_before,
+            ttft_after_s=ttft_after,
+            requests_sent=sent,
+            failures=failures,
+            shapes={
+                "probe": 2,
+                "short": input.short_requests,
+                "medium": input.medium_requests,
+                "concurrent": input.concurrent_requests,
+            },
+        )
