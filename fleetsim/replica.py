@@ -14,6 +14,7 @@ queued gets a status code (retryable by the router) rather than a broken stream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -73,17 +74,23 @@ class Replica:
             ]
         )
 
-    async def _unresponsive(self) -> None:
-        """Fake-alive and dead engines never answer; the caller's timeout decides."""
+    async def _unresponsive(self) -> bool:
+        """Fake-alive engines never answer (the caller's timeout decides); True once the
+        process died under the request, whose connection is being reset anyway."""
         if self.engine.health in (Health.FAKE_ALIVE, Health.DEAD):
-            await self.engine.hang()
+            with contextlib.suppress(EngineError):
+                await self.engine.hang()
+            return True
+        return False
 
     async def health(self, request: Request) -> Response:
-        await self._unresponsive()
+        if await self._unresponsive():
+            return _error(502, "engine process exited")
         return Response(status_code=200)
 
     async def models(self, request: Request) -> Response:
-        await self._unresponsive()
+        if await self._unresponsive():
+            return _error(502, "engine process exited")
         return JSONResponse(
             {
                 "object": "list",
@@ -92,11 +99,13 @@ class Replica:
         )
 
     async def metrics(self, request: Request) -> Response:
-        await self._unresponsive()
+        if await self._unresponsive():
+            return _error(502, "engine process exited")
         return Response(exposition(self.collector), media_type="text/plain; version=0.0.4")
 
     async def chat(self, request: Request) -> Response:
-        await self._unresponsive()
+        if await self._unresponsive():
+            return _error(502, "engine process exited")
         try:
             body = await request.json()
         except ValueError:
@@ -177,10 +186,14 @@ class Replica:
             return f"data: {json.dumps(payload)}\n\n".encode()
 
         yield chunk({"role": "assistant", "content": first.text})
-        # An EngineError here propagates: the server drops the connection mid-stream,
-        # which is what a caller of a dying replica sees.
-        async for tok in rest:
-            yield chunk({"content": tok.text})
+        try:
+            async for tok in rest:
+                yield chunk({"content": tok.text})
+        except EngineError:
+            # A dying process has its connections reset by the address host; a failing
+            # one ends the body here without `[DONE]`, which callers read as a broken
+            # stream. Either way nothing more is sent.
+            return
         final: dict[str, Any] = {}
         if action is not None:
             final["tool_calls"] = [_tool_call(action)]

@@ -320,13 +320,15 @@ class Router:
         url = f"http://{endpoint.ip}:{endpoint.port}/v1/chat/completions"
         state: dict[str, float] = {}
         work = asyncio.ensure_future(self._exchange(url, body, req.id, state))
+        work.add_done_callback(_consume)
         timer = asyncio.ensure_future(self.clock.sleep(max(0.0, remaining_s)))
         try:
             await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             timer.cancel()
+            if not work.done():
+                work.cancel()
         if not work.done():
-            work.cancel()
             # The caller's timeout: before the first byte nothing was committed.
             if "first_byte" in state:
                 raise _StreamBroken()
@@ -359,6 +361,13 @@ class Router:
             if "first_byte" in state:
                 raise _StreamBroken() from err
             raise _AttemptFailed() from err
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    # Outcomes are read through `work.result()` when they matter; an attempt abandoned
+    # on timeout or shutdown must not log "exception was never retrieved".
+    if not task.cancelled():
+        task.exception()
 
 
 def _container_port(pod: dict[str, Any]) -> int | None:
