@@ -176,12 +176,15 @@ def run_effect(
         if exc.permanent:
             raise PermanentError(f"{kind} {target}: {exc}") from exc
         raise TemporaryError(f"{kind} {target}: {exc}") from exc
-    result = getattr(outcome, "result", None)
-    if result is None:
-        record = getattr(outcome, "record", None)
-        result = getattr(record, "result", None)
+    # A confirmed operation reports confirm's evidence; what apply returned (previous
+    # values, names touched) is kept in the ledger record, so read both.
+    merged: dict[str, Any] = {}
+    ledger = getattr(runner, "ledger", None)
+    if ledger is not None and hasattr(ledger, "get"):
+        record = ledger.get(spec.op_id)
+        if record is not None and record.result:
+            merged.update(record.result)
+    merged.update(getattr(outcome, "result", None) or {})
     return EffectOutcome(
-        state=str(outcome.state),
-        applied_now=bool(outcome.applied_now),
-        result=dict(result or {}),
+        state=str(outcome.state), applied_now=bool(outcome.applied_now), result=merged
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from activities.effects import STAMP_ANNOTATION
+
 
 class ActivitySettings(BaseModel):
     # Labels the workload and the router use.
@@ -39,11 +41,12 @@ class ActivitySettings(BaseModel):
     gpu_resource: str = "nvidia.com/gpu"
 
     # Where fleetmend stamps the operation id of the last change it made to an object.
-    op_annotation: str = "fleetmend.io/operation-id"
+    op_annotation: str = STAMP_ANNOTATION
 
     # Gateway: annotation-based tier store and router weights.
     shed_tier_annotation: str = "gateway.fleetmend.io/shed-tier"
     shed_spec_annotation: str = "gateway.fleetmend.io/shed-tier-spec"
+    fallback_service_annotation: str = "gateway.fleetmend.io/fallback-service"
     retry_policy_annotation: str = "gateway.fleetmend.io/retry-policy"
     router_weight_annotation: str = "router.fleetmend.io/weight"
     default_router_weight: float = 100.0

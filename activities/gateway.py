@@ -53,6 +53,8 @@ class TierSpec(BaseModel):
     fallback_from: str | None = None
     fallback_to: str | None = None
     fallback_max_prompt_tokens: int | None = None
+    # Where the router sends fallback traffic (a Service of the small model).
+    fallback_service: str | None = None
     retry_after_s: int | None = None
     queue_timeout_s: float | None = None
     feature_enabled: bool = True
@@ -101,6 +103,7 @@ class ShedTierInput(MutatingInput):
     large_model: str | None = None
     small_model: str | None = None
     small_model_context_tokens: int | None = None
+    fallback_service: str | None = None
     retry_after_s: int = 10
 
 
@@ -180,6 +183,7 @@ def tier_spec(
     large_model: str | None = None,
     small_model: str | None = None,
     small_model_context_tokens: int | None = None,
+    fallback_service: str | None = None,
     retry_after_s: int = 10,
     op_id: str | None = None,
 ) -> TierSpec:
@@ -193,6 +197,8 @@ def tier_spec(
         spec.fallback_from = large_model
         spec.fallback_to = small_model
         spec.fallback_max_prompt_tokens = small_model_context_tokens
+    if level >= TIER_MODEL_FALLBACK:
+        spec.fallback_service = fallback_service
     if level >= TIER_QUEUE_429:
         spec.retry_after_s = retry_after_s
         spec.queue_timeout_s = float(retry_after_s * 3)
@@ -351,6 +357,8 @@ class AnnotationGateway:
             s.shed_tier_annotation: None if clear else str(spec.level),
             s.shed_spec_annotation: None if clear else spec.model_dump_json(),
         }
+        if spec.fallback_service:
+            notes[s.fallback_service_annotation] = spec.fallback_service
         if spec.op_id:
             notes[s.op_annotation] = spec.op_id
         k8s_call(
@@ -490,6 +498,7 @@ class GatewayActivities:
                 large_model=input.large_model,
                 small_model=input.small_model,
                 small_model_context_tokens=input.small_model_context_tokens,
+                fallback_service=input.fallback_service,
                 retry_after_s=input.retry_after_s,
                 op_id=op_id,
             )
