@@ -157,3 +157,18 @@ def describe_settings() -> list[tuple[str, str, str]]:
         shown = "(unset)" if default is None else str(default)
         rows.append((f"{ENV_PREFIX}{name.upper()}", shown, field.description or ""))
     return rows
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The FLEETMEND_* variables that reproduce `settings` in a child process."""
+    env: dict[str, str] = {}
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        env[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+    return env

@@ -26,7 +26,7 @@ from typing import IO
 
 from temporalio.client import Client
 
-from worker.settings import Settings
+from worker.settings import ENV_PREFIX, Settings, settings_env
 from workflows.types import SEARCH_ATTRIBUTES
 
 _PR_SET_PDEATHSIG = 1
@@ -167,10 +167,12 @@ class Stack:
         return path.read_text().strip()
 
     def child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["FLEETMEND_DATABASE_URL"] = self.database_url
-        env["FLEETMEND_INTAKE_TOKEN"] = self.intake_token
-        env["FLEETMEND_STATE_DIR"] = str(self.state_dir)
+        """The children see exactly this stack's settings, whatever the caller overrode."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        env.update(settings_env(self.settings))
+        env[f"{ENV_PREFIX}DATABASE_URL"] = self.database_url
+        env[f"{ENV_PREFIX}INTAKE_TOKEN"] = self.intake_token
+        env[f"{ENV_PREFIX}STATE_DIR"] = str(self.state_dir)
         return env
 
     def _spawn(self, name: str, fleetmend_args: list[str]) -> None:

@@ -58,3 +58,14 @@ def test_the_cli_stops_on_a_bad_setting_with_one_line(monkeypatch: pytest.Monkey
     assert result.exit_code == 1
     assert "FLEETMEND_GATE_TIMEOUT_S" in result.output
     assert "Traceback" not in result.output
+
+
+def test_settings_survive_the_trip_to_a_child_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.settings import settings_env
+
+    original = load_settings(
+        intake_token="tok", blast_radius_fraction=0.5, dry_run=True, kubeconfig="/tmp/kc"
+    )
+    for name, value in settings_env(original).items():
+        monkeypatch.setenv(name, value)
+    assert load_settings() == original
