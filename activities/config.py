@@ -60,6 +60,8 @@ class ActivitySettings(BaseModel):
     metrics_port: int = 8000
     metrics_scheme: str = "http"
     dcgm_port_name: str = "dcgm"
+    # Labels of the dcgm-exporter DaemonSet's pods (one per GPU node).
+    dcgm_selector: str = "app=nvidia-dcgm-exporter"
     dcgm_port: int = 9400
     dcgm_address_annotation: str = "fleetmend.io/dcgm-url"
 

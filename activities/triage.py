@@ -9,7 +9,7 @@ qualification.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -202,41 +202,55 @@ class TriageActivities:
         self.http = http
         self.s = cluster.s
 
-    def _serving_pods(self, node: str, namespaces: list[str]) -> list[str]:
-        s = self.s
+    def _pods_on_node(self, node: str) -> list[Any]:
         pods = self.cluster._call(
             "list",
             f"pods on node {node}",
             self.cluster.core.list_pod_for_all_namespaces,
             field_selector=f"spec.nodeName={node}",
         )
+        return [p for p in pods.items or [] if p.spec is not None and p.spec.node_name == node]
+
+    def _serving(self, pods: list[Any], namespaces: list[str]) -> list[str]:
+        s = self.s
         serving = []
-        for p in pods.items or []:
+        for p in pods:
             if namespaces and p.metadata.namespace not in namespaces:
-                continue
-            if p.spec is None or p.spec.node_name != node:
                 continue
             labels = p.metadata.labels or {}
             if labels.get(s.router_label) == s.router_label_value and pod_ready(p):
                 serving.append(f"{p.metadata.namespace}/{p.metadata.name}")
         return serving
 
-    def _dcgm_url(self, input: TriageInput) -> str | None:
+    def _dcgm_url(self, input: TriageInput, pods: list[Any]) -> str | None:
+        """The node's DCGM exporter: given, annotated on the node, its DaemonSet pod, or IP."""
+        s = self.s
         if input.dcgm_url:
             return input.dcgm_url
         node = self.cluster._read_node(input.node)
         notes = node.metadata.annotations or {}
-        if notes.get(self.s.dcgm_address_annotation):
-            return str(notes[self.s.dcgm_address_annotation])
+        if notes.get(s.dcgm_address_annotation):
+            return str(notes[s.dcgm_address_annotation])
+        want = dict(part.split("=", 1) for part in s.dcgm_selector.split(",") if "=" in part)
+        for p in pods:
+            labels = p.metadata.labels or {}
+            if not want or any(labels.get(k) != v for k, v in want.items()):
+                continue
+            ip = p.status.pod_ip if p.status else None
+            for c in p.spec.containers or []:
+                for port in c.ports or []:
+                    if ip and port.name == s.dcgm_port_name:
+                        return f"http://{ip}:{port.container_port}/metrics"
         for a in (node.status.addresses if node.status else None) or []:
             if a.type == "InternalIP":
-                return f"http://{a.address}:{self.s.dcgm_port}/metrics"
+                return f"http://{a.address}:{s.dcgm_port}/metrics"
         return None
 
     @activity.defn
     def triage_node(self, input: TriageInput) -> TriageResult:
         """Refuse while the node serves; classify its faults; cordon and label it."""
-        serving = self._serving_pods(input.node, input.serving_namespaces)
+        on_node = self._pods_on_node(input.node)
+        serving = self._serving(on_node, input.serving_namespaces)
         if serving:
             raise RefusedError(
                 f"refusing to triage node {input.node}: still in the serving path "
@@ -246,7 +260,7 @@ class TriageActivities:
         faults: list[Fault] = []
         evidence: dict[str, float] = {}
         dcgm_error: str | None = None
-        url = self._dcgm_url(input)
+        url = self._dcgm_url(input, on_node)
         if url is None:
             dcgm_error = "no DCGM exporter address for the node"
         else:

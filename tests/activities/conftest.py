@@ -9,21 +9,26 @@ request the client makes is recorded, and at teardown each must be granted by
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
+from activities.common import PodRef
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 from activities.k8s import build_api_client
-from fleetsim.clock import ManualClock
+from fleetsim.clock import ManualClock, ScaledClock
+from fleetsim.fleet import Fleet
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.server import KubeServer
 from ledger.store import Ledger
@@ -261,3 +266,131 @@ def pods(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
 
 def serving_pods(cluster: Cluster, pool: str = POOL) -> list[dict[str, Any]]:
     return pods(cluster, f"app={pool},pool=serving")
+
+
+# ---------------------------------------------------------------------------- a whole fleet
+
+
+class FleetHandle:
+    """A fleetsim Fleet running on its own event loop thread, reached over HTTP.
+
+    The activities are synchronous and block, so the fleet (replicas, router, traffic,
+    API server) runs on another thread, as it would in another process.
+    """
+
+    def __init__(self, scenario: dict[str, Any], speed: float) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def make() -> Fleet:
+            fleet = Fleet(scenario, clock=ScaledClock(speed))
+            await fleet.start()
+            return fleet
+
+        self.fleet = self.run(make())
+        self._plain = build_api_client(host=self.fleet.kube_url)
+        self.api = RecordingApiClient(self._plain.configuration)
+        self.http = httpx.Client(timeout=10.0)
+
+    @property
+    def store(self) -> Any:
+        return self.fleet.store
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        async def on_loop() -> Any:
+            return fn(*args)
+
+        return self.run(on_loop())
+
+    def ref(self, pod: dict[str, Any]) -> PodRef:
+        port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        return PodRef(
+            namespace=pod["metadata"]["namespace"],
+            name=pod["metadata"]["name"],
+            node=pod["spec"].get("nodeName"),
+            ip=pod["status"]["podIP"],
+            metrics_url=f"http://{pod['status']['podIP']}:{port}",
+            labels=pod["metadata"].get("labels") or {},
+        )
+
+    def pods(self, selector: str, namespace: str = NS) -> list[dict[str, Any]]:
+        found = self.fleet.store.list("pods", namespace=namespace, label_selector=selector)
+        return sorted(found, key=lambda p: p["metadata"]["name"])
+
+    def close(self) -> None:
+        try:
+            self.run(self.fleet.stop())
+        finally:
+            self.http.close()
+            self.api.close()
+            self._plain.close()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            self.loop.close()
+
+
+def scenario(
+    *,
+    replicas: int = 4,
+    warm: int = 1,
+    rate: float = 6.0,
+    warm_rate: float = 4.0,
+    version: str = "0.10.1",
+    core: str = "V1",
+    nodes: int = 6,
+    **pool: Any,
+) -> dict[str, Any]:
+    return {
+        "name": "activities",
+        "rates": {
+            "warm_rate": warm_rate,
+            "cold_frac": 0.25,
+            "warmup_s": 120,
+            "load_s": 5,
+            "tokens": 8,
+            "token_interval_s": 0.05,
+        },
+        "nodes": [{"name": "gpu", "count": nodes, "gpus": 2, "zone": "zone-a", "rack": "rack-1"}],
+        "namespaces": [
+            {
+                "name": NS,
+                "pools": [
+                    {
+                        "name": POOL,
+                        "model": MODEL,
+                        "revision": REV,
+                        "engine": {"version": version, "core": core},
+                        "replicas": replicas,
+                        "gpus_per_replica": 2,
+                        "warm_spares": warm,
+                        **pool,
+                    }
+                ],
+            }
+        ],
+        "traffic": [{"namespace": NS, "pool": POOL, "rate": rate, "stream_fraction": 0.8}]
+        if rate
+        else [],
+    }
+
+
+@pytest.fixture
+def fleet_factory() -> Iterator[Callable[..., FleetHandle]]:
+    handles: list[FleetHandle] = []
+
+    def start(spec: dict[str, Any], speed: float = 10.0) -> FleetHandle:
+        handle = FleetHandle(spec, speed)
+        handles.append(handle)
+        return handle
+
+    yield start
+    used: set[tuple[str, str, str]] = set()
+    for handle in handles:
+        used |= handle.api.used
+        handle.close()
+    missing = used - rbac_rules()
+    assert not missing, f"deploy/rbac.yaml does not grant what the activities used: {missing}"
