@@ -7,11 +7,14 @@ traceback. Commands whose feature is not built yet say so and exit 2.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 
 from worker.settings import Settings, SettingsError, describe_settings, load_settings
 
@@ -40,6 +43,38 @@ def settings_or_exit() -> Settings:
         return load_settings()
     except SettingsError as exc:
         fail(f"bad setting: {exc}")
+
+
+def _first_error(exc: ValidationError, prefix: str) -> str:
+    err = exc.errors()[0]
+    name = prefix + ".".join(str(p) for p in err["loc"]).upper()
+    return f"{name}: {err['msg']}"
+
+
+def _configure_logging(s: Settings) -> None:
+    import logging
+
+    logging.basicConfig(level=s.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _run_operator(coro: Coroutine[Any, Any, None]) -> None:
+    import asyncio
+
+    from worker.operator import OperatorError
+
+    code = 0
+    try:
+        asyncio.run(coro)
+    except OperatorError as exc:
+        typer.secho(f"fleetmend: {exc}", err=True, fg=typer.colors.RED)
+        code = 1
+    # The Temporal SDK's native runtime threads can call back into Python while the
+    # interpreter finalises (seen after a refused connect: "Fatal Python error:
+    # PyGILState_Release", exit -6). A one-shot command has nothing left to clean up, so
+    # it leaves without finalising and its exit code stays the one it chose.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command()
@@ -76,13 +111,58 @@ def drill(
 @app.command()
 def worker() -> None:
     """Run the Temporal worker: the incident workflows and the runbook's activities."""
-    not_implemented("worker")
+    s = settings_or_exit()
+    _configure_logging(s)
+    import asyncio
+
+    from worker.main import WorkerOptions, WorkerSetupError, run_worker
+
+    try:
+        options = WorkerOptions()
+        asyncio.run(run_worker(s, options=options))
+    except WorkerSetupError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(f"bad setting: {_first_error(exc, 'FLEETMEND_WORKER_')}")
+    except (RuntimeError, OSError) as exc:  # connect failures: one line, not a traceback
+        fail(f"worker stopped: {type(exc).__name__}: {exc}")
 
 
 @app.command()
 def intake() -> None:
     """Serve the Alertmanager webhook (POST /alertmanager) and the action boundary (POST /actions)."""
-    not_implemented("intake")
+    s = settings_or_exit()
+    _configure_logging(s)
+    import uvicorn
+
+    from worker.alerts import LabelMapping
+    from worker.intake import IntakeOptions, create_app
+
+    try:
+        options = IntakeOptions()
+        mapping = LabelMapping.load()
+    except ValidationError as exc:
+        fail(f"bad setting: {_first_error(exc, 'FLEETMEND_INTAKE_')}")
+    except (OSError, ValueError) as exc:
+        fail(f"bad label mapping: {exc}")
+    ledger = None
+    if s.database_url is not None:
+        from ledger.store import Ledger
+
+        ledger = Ledger.connect(s.database_url, pool_size=4)
+    try:
+        app_ = create_app(s, options=options, mapping=mapping, actions=ledger)
+    except ValueError as exc:
+        fail(str(exc))
+    # uvicorn handles SIGTERM itself: it stops accepting, finishes in-flight requests, exits.
+    uvicorn.run(
+        app_,
+        host=s.intake_host,
+        port=s.intake_port,
+        log_level=s.log_level.lower(),
+        access_log=False,
+        proxy_headers=False,
+    )
 
 
 @app.command()
@@ -90,7 +170,23 @@ def status(
     incident: Annotated[str | None, typer.Argument(help="Incident (workflow) id.")] = None,
 ) -> None:
     """Show an incident's current step, pending gates and timeline (all open ones if no id)."""
-    not_implemented("status")
+    from worker import operator
+
+    s = settings_or_exit()
+
+    async def show() -> None:
+        client = await operator.connect(s)
+        if incident is None:
+            operator.print_renderable(
+                operator.render_open_incidents(await operator.open_incidents(client))
+            )
+            return
+        wid = operator.incident_id(incident)
+        operator.print_renderable(
+            operator.render_status(wid, await operator.incident_status(client, wid))
+        )
+
+    _run_operator(show())
 
 
 @app.command()
@@ -102,7 +198,23 @@ def approve(
     reason: Annotated[str, typer.Option(help="Why, recorded in the timeline.")] = "",
 ) -> None:
     """Decide a pending approval gate of a running incident."""
-    not_implemented("approve")
+    from worker import operator
+
+    s = settings_or_exit()
+    if not by.strip():
+        fail("--by must name you: the decision is recorded with it")
+    wid = operator.incident_id(incident)
+
+    async def decide() -> None:
+        client = await operator.connect(s)
+        result = await operator.decide_gate(
+            client, wid, gate, by=by.strip(), approve=not deny, reason=reason
+        )
+        verdict = "denied" if deny else "approved"
+        shown = f": {result}" if result not in (None, "") else ""
+        typer.echo(f"{wid}: gate {gate} {verdict} by {by.strip()}{shown}")
+
+    _run_operator(decide())
 
 
 @app.command()

@@ -12,7 +12,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tests.intake.conftest import TOKEN, Intake, alert, free_port, notification
+from tests.intake.conftest import TOKEN, Intake, alert, notification
 from worker.intake import IntakeOptions, create_app
 from worker.settings import load_settings
 from workflows.types import (
@@ -275,10 +275,10 @@ async def test_truncated_alerts_are_counted_and_logged(
 
 
 async def test_when_temporal_is_unreachable_the_answer_is_503_and_readyz_says_so(
-    pool: str,
+    pool: str, closed_port: int
 ) -> None:
     settings = load_settings(
-        intake_token=TOKEN, temporal_address=f"127.0.0.1:{free_port()}", task_queue="tq-down"
+        intake_token=TOKEN, temporal_address=f"127.0.0.1:{closed_port}", task_queue="tq-down"
     )
     app = create_app(settings, options=IntakeOptions(temporal_timeout_s=1.0))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as c:

@@ -1,0 +1,224 @@
+"""What the on-call operator does from a terminal: read an incident, decide a gate.
+
+Called from `worker/cli.py` (`fleetmend status`, `fleetmend approve`). Talks to Temporal
+only: the `status` query of ReplicaLossWorkflow and its `approve` update (whose validator
+refuses an unknown or already decided gate before anything is recorded). Every failure
+becomes an OperatorError with one line for the terminal.
+
+The status is rendered from its JSON form, field by field with fallbacks, so a field the
+workflow adds later shows up under "other" instead of breaking the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import (
+    Client,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from worker.settings import Settings
+from workflows.types import QUERY_STATUS, UPDATE_APPROVE, WORKFLOW_NAME, ApprovalInput
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+class OperatorError(Exception):
+    """One line for the operator; the CLI prints it and exits non-zero."""
+
+
+def incident_id(value: str) -> str:
+    """Accept the workflow id, or the short `namespace/pool` form the status table shows."""
+    value = value.strip()
+    if value.startswith("replica-loss/"):
+        return value
+    if value.count("/") == 1 and all(value.split("/")):
+        return f"replica-loss/{value}"
+    return value
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await asyncio.wait_for(
+            Client.connect(
+                settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                data_converter=pydantic_data_converter,
+            ),
+            timeout=CONNECT_TIMEOUT_S,
+        )
+    except (TimeoutError, RuntimeError, RPCError, OSError) as exc:
+        raise OperatorError(
+            f"cannot reach Temporal at {settings.temporal_address} "
+            f"(namespace {settings.temporal_namespace}): {type(exc).__name__}"
+        ) from exc
+
+
+def _rpc_problem(exc: RPCError, workflow_id: str) -> OperatorError:
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return OperatorError(f"no incident {workflow_id!r} (see `fleetmend status`)")
+    return OperatorError(f"Temporal refused: {exc.status.name}: {exc.message}")
+
+
+async def open_incidents(client: Client) -> list[dict[str, Any]]:
+    rows = []
+    query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+    async for wf in client.list_workflows(query):
+        rows.append({"id": wf.id, "started": wf.start_time, "status": wf.status})
+    return rows
+
+
+async def incident_status(client: Client, workflow_id: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        result = await handle.query(QUERY_STATUS, rpc_timeout=timedelta(seconds=10))
+    except RPCError as exc:
+        raise _rpc_problem(exc, workflow_id) from exc
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+        raise OperatorError(f"the incident did not answer its status query: {exc}") from exc
+    if hasattr(result, "model_dump"):
+        result = result.model_dump(mode="json")
+    if not isinstance(result, dict):
+        raise OperatorError(f"unexpected status shape: {type(result).__name__}")
+    return result
+
+
+async def decide_gate(
+    client: Client, workflow_id: str, gate: str, *, by: str, approve: bool, reason: str
+) -> Any:
+    handle = client.get_workflow_handle(workflow_id)
+    decision = ApprovalInput(gate=gate, approver=by, approve=approve, reason=reason)
+    try:
+        return await handle.execute_update(
+            UPDATE_APPROVE, decision, rpc_timeout=timedelta(seconds=30)
+        )
+    except WorkflowUpdateFailedError as exc:
+        cause = str(exc.cause) if exc.cause is not None else str(exc)
+        raise OperatorError(f"gate {gate!r} not decided: {cause}") from exc
+    except RPCError as exc:
+        raise _rpc_problem(exc, workflow_id) from exc
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _first(status: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if status.get(key) not in (None, "", [], {}):
+            return status[key]
+    return None
+
+
+def _when(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%H:%M:%S")
+    text = str(value)
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%H:%M:%S")
+    except ValueError:
+        return text
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    if isinstance(value, dict):
+        text = ", ".join(f"{k}={v}" for k, v in value.items())
+    elif isinstance(value, list):
+        text = ", ".join(map(str, value))
+    else:
+        text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_HEADLINE = ("incident_id", "workflow_id", "namespace", "pool", "phase", "state", "step")
+_SECTIONS = ("timeline", "events", "history", "gates", "pending_gates", "approvals")
+
+
+def render_status(workflow_id: str, status: dict[str, Any]) -> RenderableType:
+    """The status as a headline, a pending-gates table and a timeline table."""
+    parts: list[RenderableType] = []
+    step = _first(status, "step", "current_step", "phase", "state") or "?"
+    title = Text.assemble(("incident ", "bold"), (workflow_id, "bold cyan"), "  step: ")
+    title.append(str(step), style="bold yellow")
+    if status.get("dry_run"):
+        title.append("  (dry run)", style="magenta")
+    parts.append(title)
+
+    gates = _first(status, "pending_gates", "gates", "approvals") or []
+    if isinstance(gates, dict):
+        gates = [
+            {"gate": k, **(v if isinstance(v, dict) else {"state": v})} for k, v in gates.items()
+        ]
+    pending = [g for g in gates if isinstance(g, dict) and g.get("decided") in (None, False)]
+    if pending:
+        table = Table(title="pending gates", title_justify="left", show_edge=False)
+        for column in ("gate", "asks", "default", "times out"):
+            table.add_column(column)
+        for g in pending:
+            table.add_row(
+                str(_first(g, "gate", "name") or "?"),
+                _short(_first(g, "question", "summary", "reason", "detail") or ""),
+                str(_first(g, "default", "default_outcome") or ""),
+                _when(_first(g, "deadline", "timeout_at", "expires_at")),
+            )
+        parts.append(table)
+    else:
+        parts.append(Text("no pending gates", style="green"))
+
+    timeline = _first(status, "timeline", "events", "history") or []
+    if timeline:
+        table = Table(title="timeline", title_justify="left", show_edge=False)
+        for column in ("at", "step", "what", "detail"):
+            table.add_column(column)
+        for entry in timeline:
+            if not isinstance(entry, dict):
+                table.add_row("", "", _short(entry), "")
+                continue
+            table.add_row(
+                _when(_first(entry, "at", "time", "started_at", "timestamp")),
+                str(_first(entry, "step", "kind") or ""),
+                _short(_first(entry, "message", "outcome", "what", "event") or ""),
+                _short(_first(entry, "detail", "evidence", "data") or ""),
+            )
+        parts.append(table)
+
+    other = {
+        k: v
+        for k, v in status.items()
+        if k not in _HEADLINE + _SECTIONS + ("current_step", "dry_run") and v not in (None, [], {})
+    }
+    if other:
+        table = Table(show_header=False, show_edge=False, box=None)
+        table.add_column(style="dim")
+        table.add_column()
+        for key, value in other.items():
+            table.add_row(key, _short(value, 100))
+        parts.append(table)
+    return Group(*parts)
+
+
+def render_open_incidents(rows: list[dict[str, Any]]) -> RenderableType:
+    if not rows:
+        return Text("no open incidents", style="green")
+    table = Table(title="open incidents", title_justify="left", show_edge=False)
+    table.add_column("incident")
+    table.add_column("started")
+    for row in rows:
+        started = row["started"]
+        table.add_row(row["id"], started.isoformat(timespec="seconds") if started else "")
+    return table
+
+
+def print_renderable(renderable: RenderableType, *, console: Console | None = None) -> None:
+    (console or Console()).print(renderable)
