@@ -483,12 +483,13 @@ class GatewayActivities:
             current_level=floor,
             max_level=input.max_level,
         )
-        if readable and decision.level == current.level:
+        if decision.level <= current.level:
+            # Nothing to tighten. With the store unreadable this keeps the last known tier.
             return ShedTierResult(
                 decision=decision,
                 previous=current,
                 applied=current,
-                store_readable=True,
+                store_readable=readable,
                 applied_now=False,
             )
 
