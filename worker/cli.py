@@ -211,7 +211,8 @@ def approve(
             client, wid, gate, by=by.strip(), approve=not deny, reason=reason
         )
         verdict = "denied" if deny else "approved"
-        shown = f": {result}" if result not in (None, "") else ""
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        shown = f" (recorded: {outcome})" if outcome else ""
         typer.echo(f"{wid}: gate {gate} {verdict} by {by.strip()}{shown}")
 
     _run_operator(decide())

@@ -24,6 +24,7 @@ import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as PROM_CONTENT_TYPE
@@ -87,40 +88,38 @@ def load_workflows() -> list[type]:
 
 
 def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Callable[[], None]]:
-    """Every activity bound to its clients, and the function that closes those clients."""
+    """Every activity bound to its clients, and the function that closes those clients.
+
+    ReconcileWorkflow's activities (read_ledger_operations, observe_effects,
+    store_findings) join this list once a module provides them.
+    """
     if settings.database_url is None:
         raise WorkerSetupError("FLEETMEND_DATABASE_URL is not set: every effect needs the ledger")
     import httpx
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
 
     try:
         from activities import ActivitySettings, build_activities
         from activities.effects import EffectRunner
+        from activities.k8s import build_api_client
         from ledger.store import Ledger
     except ImportError as exc:
         raise WorkerSetupError(f"activities are not importable: {exc}") from exc
     try:
         if settings.kube_in_cluster:
-            k8s_config.load_incluster_config()
+            api = build_api_client()
         else:
-            k8s_config.load_kube_config(
-                config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-                context=settings.kube_context,
-            )
+            kubeconfig = settings.kubeconfig or Path("~/.kube/config").expanduser()
+            api = build_api_client(str(kubeconfig), context=settings.kube_context)
     except Exception as exc:  # the kubernetes client raises several unrelated types here
         raise WorkerSetupError(f"no Kubernetes configuration: {exc}") from exc
-    api = k8s_client.ApiClient()
     ledger = Ledger.connect(settings.database_url, pool_size=settings.max_concurrent_activities)
     http = httpx.Client(timeout=10.0)
+    activity_settings = ActivitySettings(
+        notify_webhook_url=settings.notify_webhook_url,
+        default_lead_time_s=settings.provision_lead_time_s,
+    )
     try:
-        activities = build_activities(
-            api,
-            EffectRunner(ledger),
-            http,
-            ActivitySettings(),
-            notify_url=settings.notify_webhook_url,
-        )
+        activities = build_activities(api, EffectRunner(ledger), http, activity_settings)
     except NotImplementedError as exc:
         raise WorkerSetupError("activities.build_activities is not implemented yet") from exc
 

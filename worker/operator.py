@@ -5,8 +5,8 @@ only: the `status` query of ReplicaLossWorkflow and its `approve` update (whose 
 refuses an unknown or already decided gate before anything is recorded). Every failure
 becomes an OperatorError with one line for the terminal.
 
-The status is rendered from its JSON form, field by field with fallbacks, so a field the
-workflow adds later shows up under "other" instead of breaking the command.
+The status (workflows.types.IncidentStatus) is rendered from its JSON form, so a field
+the workflow adds later is shown as a plain row instead of breaking the command.
 """
 
 from __future__ import annotations
@@ -112,13 +112,6 @@ async def decide_gate(
 # ---------------------------------------------------------------- rendering
 
 
-def _first(status: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if status.get(key) not in (None, "", [], {}):
-            return status[key]
-    return None
-
-
 def _when(value: Any) -> str:
     if value is None:
         return ""
@@ -141,63 +134,106 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_HEADLINE = ("incident_id", "workflow_id", "namespace", "pool", "phase", "state", "step")
-_SECTIONS = ("timeline", "events", "history", "gates", "pending_gates", "approvals")
+_KNOWN = {
+    "incident_id",
+    "step",
+    "outcome",
+    "dry_run",
+    "severity",
+    "losses",
+    "pending_gates",
+    "timeline",
+    "effects",
+    "compensations",
+    "runs",
+}
+
+
+def _duration(entry: dict[str, Any]) -> str:
+    try:
+        start = datetime.fromisoformat(str(entry["started_at"]).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(str(entry["ended_at"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError, TypeError):
+        return ""
+    return f"{(end - start).total_seconds():.1f}s"
 
 
 def render_status(workflow_id: str, status: dict[str, Any]) -> RenderableType:
-    """The status as a headline, a pending-gates table and a timeline table."""
+    """IncidentStatus (workflows/types.py) as a headline, pending gates, timeline, effects."""
     parts: list[RenderableType] = []
-    step = _first(status, "step", "current_step", "phase", "state") or "?"
-    title = Text.assemble(("incident ", "bold"), (workflow_id, "bold cyan"), "  step: ")
-    title.append(str(step), style="bold yellow")
+    title = Text.assemble(("incident ", "bold"), (workflow_id, "bold cyan"))
+    title.append(f"  step: {status.get('step', '?')}", style="bold yellow")
+    if status.get("outcome"):
+        title.append(f"  outcome: {status['outcome']}")
+    if status.get("severity"):
+        title.append(f"  severity: {status['severity']}")
     if status.get("dry_run"):
         title.append("  (dry run)", style="magenta")
     parts.append(title)
+    if status.get("incident_id") and status["incident_id"] != workflow_id:
+        parts.append(Text(f"incident id: {status['incident_id']}", style="dim"))
+    if status.get("losses"):
+        parts.append(Text(f"lost: {', '.join(map(str, status['losses']))}"))
 
-    gates = _first(status, "pending_gates", "gates", "approvals") or []
-    if isinstance(gates, dict):
-        gates = [
-            {"gate": k, **(v if isinstance(v, dict) else {"state": v})} for k, v in gates.items()
-        ]
-    pending = [g for g in gates if isinstance(g, dict) and g.get("decided") in (None, False)]
+    pending = [g for g in status.get("pending_gates") or [] if isinstance(g, dict)]
     if pending:
         table = Table(title="pending gates", title_justify="left", show_edge=False)
-        for column in ("gate", "asks", "default", "times out"):
+        for column in ("gate", "kind", "approving would", "on timeout", "deadline"):
             table.add_column(column)
         for g in pending:
             table.add_row(
-                str(_first(g, "gate", "name") or "?"),
-                _short(_first(g, "question", "summary", "reason", "detail") or ""),
-                str(_first(g, "default", "default_outcome") or ""),
-                _when(_first(g, "deadline", "timeout_at", "expires_at")),
+                str(g.get("gate", "?")),
+                str(g.get("kind", "")),
+                _short(g.get("would_do", "")),
+                _short(g.get("on_timeout", "")),
+                _when(g.get("deadline")),
             )
         parts.append(table)
+        parts.append(Text("decide with: fleetmend approve INCIDENT GATE --by NAME [--deny]"))
     else:
         parts.append(Text("no pending gates", style="green"))
 
-    timeline = _first(status, "timeline", "events", "history") or []
+    timeline = status.get("timeline") or []
     if timeline:
         table = Table(title="timeline", title_justify="left", show_edge=False)
-        for column in ("at", "step", "what", "detail"):
+        for column in ("at", "step", "outcome", "took", "evidence"):
             table.add_column(column)
         for entry in timeline:
             if not isinstance(entry, dict):
-                table.add_row("", "", _short(entry), "")
                 continue
+            step = str(entry.get("step", ""))
+            if entry.get("dry_run"):
+                step += " (dry run)"
             table.add_row(
-                _when(_first(entry, "at", "time", "started_at", "timestamp")),
-                str(_first(entry, "step", "kind") or ""),
-                _short(_first(entry, "message", "outcome", "what", "event") or ""),
-                _short(_first(entry, "detail", "evidence", "data") or ""),
+                _when(entry.get("started_at")),
+                step,
+                _short(entry.get("outcome", "")),
+                _duration(entry),
+                _short(entry.get("evidence") or ""),
             )
         parts.append(table)
 
-    other = {
-        k: v
-        for k, v in status.items()
-        if k not in _HEADLINE + _SECTIONS + ("current_step", "dry_run") and v not in (None, [], {})
-    }
+    effects = status.get("effects") or []
+    if effects:
+        table = Table(title="effects", title_justify="left", show_edge=False)
+        for column in ("at", "step", "activity", "target", "op id"):
+            table.add_column(column)
+        for effect in effects:
+            if isinstance(effect, dict):
+                table.add_row(
+                    _when(effect.get("at")),
+                    str(effect.get("step", "")),
+                    str(effect.get("activity", "")),
+                    str(effect.get("target", "")),
+                    str(effect.get("op_id", "")),
+                )
+        parts.append(table)
+    compensations = status.get("compensations") or []
+    if compensations:
+        done = sum(1 for c in compensations if isinstance(c, dict) and c.get("done"))
+        parts.append(Text(f"compensations: {done} of {len(compensations)} done"))
+
+    other = {k: v for k, v in status.items() if k not in _KNOWN and v not in (None, [], {})}
     if other:
         table = Table(show_header=False, show_edge=False, box=None)
         table.add_column(style="dim")

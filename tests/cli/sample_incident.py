@@ -27,16 +27,31 @@ class SampleIncident:
     def __init__(self) -> None:
         self.step = "protect"
         self.gates: dict[str, dict[str, Any]] = {
-            "deroute-beyond-blast-radius": {
-                "gate": "deroute-beyond-blast-radius",
-                "question": "deroute 2 of 4 replicas (50% > 25%)?",
-                "default": "deny",
+            "blast-radius": {
+                "gate": "blast-radius",
+                "kind": "blast-radius",
+                "would_do": "deroute 2 of 4 replicas (50% > 25%)",
+                "on_timeout": "keep 1 routed; page the owner",
+                "deadline": "2026-11-29T08:15:00Z",
+                "evidence": {"lost_fraction": 0.5},
                 "decided": False,
             }
         }
         self.timeline: list[dict[str, Any]] = [
-            {"at": "2026-11-29T08:00:01Z", "step": "assess", "message": "1 replica lost"},
-            {"at": "2026-11-29T08:00:03Z", "step": "deroute", "message": "pod-1 out of slice"},
+            {
+                "step": "assess",
+                "started_at": "2026-11-29T08:00:01Z",
+                "ended_at": "2026-11-29T08:00:02.5Z",
+                "outcome": "1 replica lost",
+                "evidence": {"pool_size": 4},
+            },
+            {
+                "step": "deroute",
+                "started_at": "2026-11-29T08:00:03Z",
+                "ended_at": None,
+                "outcome": "pod-1 out of the slice",
+                "evidence": {},
+            },
         ]
 
     @workflow.run
@@ -46,26 +61,49 @@ class SampleIncident:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> dict[str, Any]:
+        """Shaped like workflows.types.IncidentStatus, plus a field the CLI does not know."""
         return {
+            "incident_id": "inc-20261129-0800",
             "step": self.step,
-            "pending_gates": list(self.gates.values()),
+            "outcome": "open",
+            "dry_run": False,
+            "severity": "degraded",
+            "losses": ["pool-1"],
+            "pending_gates": [
+                {k: v for k, v in g.items() if k != "decided"}
+                for g in self.gates.values()
+                if not g["decided"]
+            ],
             "timeline": self.timeline,
+            "effects": [
+                {
+                    "op_id": "replica-loss/llm/p/deroute/pod-1",
+                    "step": "deroute",
+                    "activity": "deroute_replica",
+                    "target": "llm/pod/pod-1",
+                    "at": "2026-11-29T08:00:03Z",
+                }
+            ],
+            "compensations": [{"op_id": "x", "done": False}],
+            "runs": 1,
             "replicas_lost": 1,
         }
 
     @workflow.update(name=UPDATE_APPROVE)
-    def approve(self, decision: ApprovalInput) -> str:
+    def approve(self, decision: ApprovalInput) -> dict[str, str]:
         gate = self.gates[decision.gate]
         gate["decided"] = True
-        verdict = "approved" if decision.approve else "denied"
+        outcome = "approved" if decision.approve else "rejected"
         self.timeline.append(
             {
-                "at": workflow.now().isoformat(),
-                "step": "gate",
-                "message": f"{decision.gate} {verdict} by {decision.approver}",
+                "step": f"gate:{decision.gate}",
+                "started_at": workflow.now().isoformat(),
+                "ended_at": workflow.now().isoformat(),
+                "outcome": f"{outcome} by {decision.approver}: {decision.reason}",
+                "evidence": {},
             }
         )
-        return verdict
+        return {"gate": decision.gate, "outcome": outcome, "approver": decision.approver}
 
     @approve.validator
     def _known_open_gate(self, decision: ApprovalInput) -> None:

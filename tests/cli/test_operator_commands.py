@@ -89,12 +89,18 @@ async def test_status_renders_the_step_pending_gates_and_timeline(
     for expected in (
         open_incident.workflow_id,
         "step: protect",
+        "severity: degraded",
+        "incident id: inc-20261129-0800",
         "pending gates",
-        "deroute-beyond-blast-radius",
+        "blast-radius",
         "deroute 2 of 4 replicas",
+        "keep 1 routed",
         "timeline",
-        "08:00:03",
-        "pod-1 out of slice",
+        "08:00:01",
+        "1.5s",
+        "pod-1 out of the slice",
+        "deroute_replica",
+        "compensations: 0 of 1 done",
         "replicas_lost",
     ):
         assert expected in run.out, (expected, run.out)
@@ -126,7 +132,7 @@ async def test_approve_decides_the_gate_and_the_timeline_records_who(
     run = await fleetmend(
         "approve",
         open_incident.workflow_id,
-        "deroute-beyond-blast-radius",
+        "blast-radius",
         "--by",
         "alice",
         "--reason",
@@ -134,9 +140,9 @@ async def test_approve_decides_the_gate_and_the_timeline_records_who(
         env=open_incident.env,
     )
     assert run.code == 0, run.err
-    assert "gate deroute-beyond-blast-radius approved by alice" in run.out
+    assert "gate blast-radius approved by alice (recorded: approved)" in run.out
     status = await fleetmend("status", open_incident.workflow_id, env=open_incident.env)
-    assert "deroute-beyond-blast-radius approved by alice" in status.out
+    assert "approved by alice: capacity is fine" in status.out
     assert "no pending gates" in status.out
 
 
@@ -144,14 +150,14 @@ async def test_deny_is_recorded_as_a_denial(open_incident: OpenIncident) -> None
     run = await fleetmend(
         "approve",
         open_incident.workflow_id,
-        "deroute-beyond-blast-radius",
+        "blast-radius",
         "--by",
         "bob",
         "--deny",
         env=open_incident.env,
     )
     assert run.code == 0, run.err
-    assert "denied by bob" in run.out
+    assert "gate blast-radius denied by bob (recorded: rejected)" in run.out
 
 
 async def test_approving_an_unknown_gate_is_one_line_and_non_zero(
