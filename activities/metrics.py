@@ -39,6 +39,10 @@ class MetricSnapshot:
 
     samples: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
 
+    def rows(self, name: str) -> list[tuple[Labels, float]]:
+        """Samples of `name`; a counter the parser suffixed with `_total` is found too."""
+        return self.samples.get(name) or self.samples.get(f"{name}_total") or []
+
     def find(self, *names: str) -> tuple[str, list[tuple[Labels, float]]] | None:
         """The first of `names` present, in order: newer metric names come first."""
         for name in names:

@@ -161,7 +161,7 @@ def faults_from_dcgm(
     faults: list[Fault] = []
     evidence: dict[str, float] = {}
     seen_xids: set[tuple[str | None, int]] = set()
-    for labels, value in snapshot.samples.get("DCGM_FI_DEV_XID_ERRORS", []):
+    for labels, value in snapshot.rows("DCGM_FI_DEV_XID_ERRORS"):
         gpu = labels.get("gpu")
         if value > 0:
             evidence[f"xid.gpu{gpu}"] = value
@@ -172,7 +172,7 @@ def faults_from_dcgm(
             faults.append(Fault(fault_class="xid", xid=xid, detail="from the alert"))
     # An Xid that is itself a memory error already accounts for the ECC counts it bumped.
     explained = {gpu for gpu, code in seen_xids if code in MEMORY_XIDS}
-    for labels, value in snapshot.samples.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", []):
+    for labels, value in snapshot.rows("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"):
         gpu = labels.get("gpu")
         if value > 0:
             evidence[f"ecc_dbe_volatile.gpu{gpu}"] = value
@@ -180,7 +180,7 @@ def faults_from_dcgm(
                 faults.append(
                     Fault(fault_class="ecc", gpu=gpu, detail=f"uncorrectable {value:g} (volatile)")
                 )
-    for labels, value in snapshot.samples.get("DCGM_FI_DEV_GPU_TEMP", []):
+    for labels, value in snapshot.rows("DCGM_FI_DEV_GPU_TEMP"):
         gpu = labels.get("gpu")
         evidence[f"temp_c.gpu{gpu}"] = value
         if value >= THERMAL_LIMIT_C:
