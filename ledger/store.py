@@ -53,7 +53,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -156,6 +156,7 @@ class RunOutcome:
     applied_now: bool  # this call invoked apply and recorded it
     # An earlier attempt's effect was found by confirm() and recorded without re-applying.
     recovered: bool = False
+    waited: bool = False  # another worker held a live claim on it when this call arrived
 
     @property
     def op_id(self) -> str:
@@ -403,14 +404,22 @@ class Ledger:
         OperationInProgress (temporary), or what `apply` raised.
         """
         valid = validate_spec(OperationSpec, spec)
-        record, claim = self._propose(_effect_values(valid), claim=not valid.dry_run)
+        values = _effect_values(valid)
+        # A retry usually finds the operation settled: one read, no write transaction.
+        known = self.get(valid.op_id)
+        if known is not None and (known.state != "proposed" or known.claim_live):
+            _check_same(known, values)
+            record, claim = known, None
+        else:
+            record, claim = self._propose(values, claim=not valid.dry_run)
+        waited = claim is None and record.state == "proposed" and not record.dry_run
         if claim is None:
             record, claim = self._wait_for_claim(record, wait, on_wait)
         if claim is None:
             if record.state == "applied" and confirm is not None:
                 record = self._confirm_with(record, confirm)
-            return RunOutcome(record, applied_now=False)
-        return self._apply_claimed(claim, apply, confirm)
+            return RunOutcome(record, applied_now=False, waited=waited)
+        return replace(self._apply_claimed(claim, apply, confirm), waited=waited)
 
     def _wait_for_claim(
         self,
@@ -420,7 +429,7 @@ class Ledger:
     ) -> tuple[OperationRecord, Claim | None]:
         """Until the operation is settled (returns no claim) or ours to apply (a claim)."""
         deadline = time.monotonic() + (self.wait if wait is None else wait)
-        delay = 0.002
+        delay = 0.005
         while True:
             if record.state == "failed":
                 raise OperationFailed(record.op_id, record.error)
