@@ -37,7 +37,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from fleetsim.clock import Clock
+from fleetsim.clock import Clock, ManualClock
 from fleetsim.kube import pods
 from fleetsim.kube.controllers.base import Context, Timers
 from fleetsim.kube.controllers.deployments import DeploymentController
@@ -93,6 +93,18 @@ class Cluster:
 
     def stop(self) -> None:
         self.timers.detach()
+
+    async def advance(self, seconds: float) -> None:
+        """Step a ManualClock fleet: let timers set just now start, advance, let the woken
+        callbacks run. Call it on the loop the cluster was started on."""
+        clock = self.clock
+        if not isinstance(clock, ManualClock):
+            raise TypeError("Cluster.advance needs a ManualClock")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await clock.advance(seconds)
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------------ hooks
     def on_pod_scheduled(self, callback: PodCallback) -> Callable[[], None]:
@@ -224,7 +236,12 @@ class Cluster:
                         "lastTransitionTime": now,
                     }
                 ],
+                # Every field the API marks required: the official client refuses less.
                 "nodeInfo": {
+                    "machineID": name,
+                    "systemUUID": name,
+                    "bootID": name,
+                    "kubeProxyVersion": "v1.32.0-fleetsim",
                     "kubeletVersion": "v1.32.0-fleetsim",
                     "osImage": "fleetsim",
                     "kernelVersion": "6.8.0",

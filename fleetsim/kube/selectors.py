@@ -151,7 +151,7 @@ def parse_fields(text: str | None, allowed: Sequence[str]) -> FieldSelector:
             raise BadRequest(f"invalid selector: '{text}'; can't understand '{part}'")
         path, op, value = m.group(1).strip(), m.group(2), m.group(3).strip()
         if path not in permitted:
-            raise BadRequest(f'field label not supported: "{path}"')
+            raise BadRequest(f"field label not supported: {path}")
         reqs.append(FieldRequirement(path, "!=" if op == "!=" else "=", value))
     return FieldSelector(tuple(reqs))
 

@@ -45,8 +45,8 @@ class Timers:
         with self._lock:
             self._loop = loop
             waiting, self._waiting = self._waiting, []
-        for delay, fn in waiting:
-            self.call_later(delay, fn)
+        for deadline, fn in waiting:
+            self.call_later(max(0.0, deadline - self.clock.now()), fn)
 
     def detach(self) -> None:
         with self._lock:
@@ -63,9 +63,16 @@ class Timers:
         with self._lock:
             loop = self._loop
             if loop is None:
-                self._waiting.append((delay, fn))
+                self._waiting.append((self.clock.now() + delay, fn))
                 return
-        coro = self._run(delay, fn)
+        self._schedule(loop, delay, fn)
+
+    def _schedule(
+        self, loop: asyncio.AbstractEventLoop, delay: float, fn: Callable[[], None]
+    ) -> None:
+        # The deadline is fixed now, not when the task first runs: a ManualClock may be
+        # advanced before the task gets its first turn on the loop.
+        coro = self._run(self.clock.now() + delay, fn)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -79,8 +86,8 @@ class Timers:
             self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, delay: float, fn: Callable[[], None]) -> None:
-        await self.clock.sleep(delay)
+    async def _run(self, deadline: float, fn: Callable[[], None]) -> None:
+        await self.clock.sleep(deadline - self.clock.now())
         try:
             fn()
         except Exception:

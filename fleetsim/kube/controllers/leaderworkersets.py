@@ -104,6 +104,8 @@ class LeaderWorkerSetController:
             try:
                 if recreate and self._broken(existing, size):
                     self._delete_group(existing)
+                    # Ranks still terminating leave the group's ready set now.
+                    self._gate(namespace, group, name, size)
                     continue
                 self._create_missing(lws, group, existing, size)
                 if self._gate(namespace, group, name, size):
