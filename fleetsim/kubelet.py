@@ -56,6 +56,7 @@ ROLE_EXPORTER = "dcgm-exporter"
 
 HEARTBEAT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
+PROBE_MIN_WALL_S = 0.5
 LIVENESS_PERIOD_S = 10.0
 LIVENESS_FAILURES = 3
 BACKOFF_START_S = 10.0
@@ -438,9 +439,15 @@ class Kubelet:
         else:
             request = self._probe_client.get(f"http://{ip}:{port}/health")
         work = asyncio.ensure_future(request)
+        started = asyncio.get_running_loop().time()
         timer = asyncio.ensure_future(self.clock.sleep(PROBE_TIMEOUT_S))
         try:
             await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+            # On a fast clock a second of fleet time can be a few milliseconds of wall
+            # time; a loaded machine must not fail healthy probes for that.
+            spare = PROBE_MIN_WALL_S - (asyncio.get_running_loop().time() - started)
+            if not work.done() and spare > 0:
+                await asyncio.wait({work}, timeout=spare)
         finally:
             timer.cancel()
         if not work.done():

@@ -103,6 +103,7 @@ class Counters:
     served_by_pod: Counter[str] = field(default_factory=Counter)
     late_by_pod: Counter[str] = field(default_factory=Counter)
     max_wait_by_pod: dict[str, float] = field(default_factory=dict)
+    failed_by_reason: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -121,11 +122,16 @@ class Counters:
             "served_by_pod": dict(self.served_by_pod),
             "late_by_pod": dict(self.late_by_pod),
             "max_wait_by_pod": dict(self.max_wait_by_pod),
+            "failed_by_reason": dict(self.failed_by_reason),
         }
 
 
 class _AttemptFailed(Exception):
     """Nothing reached the caller: another replica may take the request."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _StreamBroken(Exception):
@@ -262,11 +268,15 @@ class Router:
         attempt = 0
         replays = 0
         replaying = False
+        last_error = ""
         while True:
             endpoint = self._pick(table, tried)
             if endpoint is None:
                 if not tried:
                     c.no_endpoint += 1
+                    c.failed_by_reason["no endpoint"] += 1
+                else:
+                    c.failed_by_reason[f"every endpoint failed ({last_error})"] += 1
                 c.failed += 1
                 return "failed"
             tried.add(endpoint.pod)
@@ -280,9 +290,11 @@ class Router:
             remaining = req.timeout_s - (attempt_start - started)
             try:
                 queue_wait = await self._attempt(endpoint, req, remaining)
-            except _AttemptFailed:
+            except _AttemptFailed as err:
+                last_error = err.reason
                 if attempt >= self.max_attempts or self.clock.now() - started >= req.timeout_s:
                     c.failed += 1
+                    c.failed_by_reason[err.reason] += 1
                     return "failed"
                 continue
             except _StreamBroken:
@@ -332,7 +344,7 @@ class Router:
             # The caller's timeout: before the first byte nothing was committed.
             if "first_byte" in state:
                 raise _StreamBroken()
-            raise _AttemptFailed()
+            raise _AttemptFailed("timeout before first byte")
         work.result()  # re-raises _AttemptFailed / _StreamBroken
         return state["queue_wait"]
 
@@ -345,7 +357,7 @@ class Router:
             ) as resp:
                 if resp.status_code != 200:
                     await resp.aread()
-                    raise _AttemptFailed()
+                    raise _AttemptFailed(f"HTTP {resp.status_code}")
                 state["first_byte"] = self.clock.now()
                 state["queue_wait"] = _float(resp.headers.get(HEADER_QUEUE_WAIT), 0.0)
                 try:
@@ -360,7 +372,7 @@ class Router:
         except httpx.HTTPError as err:
             if "first_byte" in state:
                 raise _StreamBroken() from err
-            raise _AttemptFailed() from err
+            raise _AttemptFailed(type(err).__name__) from err
 
 
 def _consume(task: asyncio.Future[None]) -> None:
