@@ -1,0 +1,82 @@
+"""Warm-up before traffic: short, medium and concurrent shapes, then TTFT must have dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.warmup import WarmupActivities, WarmupInput, warmup_verdict
+
+from .conftest import MODEL, NS, POOL, FleetHandle, scenario
+
+SIM_MODEL = MODEL  # the fleet serves the scenario's model name
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "failures", "passed"),
+    [
+        (4.0, 0.3, 0, True),  # dropped, the HA article's unwarmed vs warmed figures
+        (4.0, 2.0, 0, True),  # dropped by half, still above the warm figure
+        (4.0, 3.5, 0, False),  # barely moved
+        (0.2, 0.2, 0, True),  # already warm
+        (4.0, 0.3, 1, False),  # a failed warm-up request
+        (None, None, 0, False),
+    ],
+)
+def test_a_replica_passes_warm_up_only_if_its_ttft_dropped(
+    before: float | None, after: float | None, failures: int, passed: bool
+) -> None:
+    ok, reason = warmup_verdict(
+        ttft_before_s=before,
+        ttft_after_s=after,
+        failures=failures,
+        min_ttft_drop=0.3,
+        warm_ttft_s=0.5,
+    )
+    assert ok is passed, reason
+
+
+def test_a_warm_spare_is_warmed_with_every_request_shape_and_passes(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    handle = fleet_factory(scenario(rate=0))
+    spare = handle.ref(handle.pods(f"app={POOL},pool=warm")[0])
+
+    result = ActivityEnvironment().run(
+        WarmupActivities(handle.http).warm_up_replica, WarmupInput(replica=spare, model=SIM_MODEL)
+    )
+
+    assert result.passed, result.reason
+    assert result.failures == 0
+    assert result.shapes == {"probe": 2, "short": 3, "medium": 1, "concurrent": 8}
+    assert result.requests_sent == 14
+    assert result.ttft_after_s is not None and result.ttft_before_s is not None
+    engine = next(rt.engine for rt in handle.fleet.kubelet.pods.values() if rt.name == spare.name)
+    assert engine is not None and engine.stats.success >= 14
+
+
+def test_a_replica_that_fails_warm_up_is_reported_failed(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    handle = fleet_factory(scenario(rate=0))
+    injected = handle.call(
+        handle.fleet.inject,
+        {
+            "at": 0,
+            "kind": "gpu-xid",
+            "xid": 48,
+            "target": {"namespace": NS, "pool": POOL, "replica": 0},
+        },
+    )
+    name = injected.pods[0].split("/")[-1]
+    broken = handle.ref(handle.store.get("pods", name, namespace=NS))
+
+    result = ActivityEnvironment().run(
+        WarmupActivities(handle.http).warm_up_replica, WarmupInput(replica=broken, model=SIM_MODEL)
+    )
+
+    assert not result.passed
+    assert result.failures == result.requests_sent == 14
+    assert "failed" in result.reason
