@@ -89,11 +89,16 @@ def shares_to_weights(shares: Mapping[str, float], total: int = 1000) -> dict[st
     raw = {pod: share * total for pod, share in shares.items()}
     weights = {pod: int(v) for pod, v in raw.items()}
     leftover = total - sum(weights.values())
-    for pod in sorted(raw, key=lambda p: (raw[p] - weights[p], p), reverse=True)[:leftover]:
+    # Largest remainder first; ties go to the first name, so weights are reproducible.
+    for pod in sorted(raw, key=lambda p: (-(raw[p] - weights[p]), p))[:leftover]:
         weights[pod] += 1
     for pod, share in shares.items():
         if share > 0 and weights[pod] == 0:
             weights[pod] = 1
+            # Keep the total: the probe's unit comes from the largest weight.
+            largest = max(weights, key=lambda p: (weights[p], p))
+            if weights[largest] > 1:
+                weights[largest] -= 1
     return weights
 
 
