@@ -466,6 +466,10 @@ class Api:
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
         def tap(event: Event) -> None:
+            # A stream whose loop has gone (server stopped mid-watch) just stops listening.
+            if loop.is_closed():
+                untap()
+                return
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
         backlog, untap = self.store.watch_from(start_rv, tap)
@@ -568,6 +572,14 @@ class KubeServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the server (and, unless the cluster had one, its timers) runs on."""
+        loop = getattr(self, "_loop", None)
+        if loop is None:
+            raise RuntimeError("the server is not running")
+        return loop
 
     # ----------------------------------------------------------- in a thread
     def start(self, timeout: float = 10.0) -> KubeServer:

@@ -99,8 +99,8 @@ def advance(server: KubeServer, cluster: Cluster) -> Callable[[float], None]:
     assert isinstance(clock, ManualClock)
 
     def step(seconds: float) -> None:
-        loop = server._loop  # the loop the cluster's timers sleep on
-        asyncio.run_coroutine_threadsafe(cluster.advance(seconds), loop).result(timeout=5)
+        # The cluster's timers sleep on the server's loop, so time moves there.
+        asyncio.run_coroutine_threadsafe(cluster.advance(seconds), server.loop).result(timeout=5)
 
     return step
 
