@@ -88,6 +88,19 @@ class LabelMapping(BaseSettings):
         return cls.model_validate({**mapping.model_dump(exclude={"file"}), **data})
 
 
+# Alertmanager writes Go's RFC 3339 with up to nanoseconds; pydantic alone would also take
+# a bare date or a number, which no Alertmanager sends and which would make a new dedupe key.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339(value: Any) -> Any:
+    if value is None:
+        return value
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("expected an RFC 3339 timestamp like 2026-11-29T08:00:00Z")
+    return value
+
+
 class AlertmanagerAlert(BaseModel):
     """One alert of a notification, as Alertmanager's `template.Alert` serialises it."""
 
@@ -100,6 +113,8 @@ class AlertmanagerAlert(BaseModel):
     endsAt: datetime | None = None
     generatorURL: str = ""
     fingerprint: str = ""
+
+    _timestamps = field_validator("startsAt", "endsAt", mode="before")(_rfc3339)
 
 
 class AlertmanagerWebhook(BaseModel):
