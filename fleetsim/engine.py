@@ -4,7 +4,7 @@ Owned by `fleetsim.replica` (which puts HTTP in front of it) and driven by the k
 (start, kill) and the fault injector (fake-alive, GPU error, rank lost). No HTTP here,
 so a test can step it on a ManualClock.
 
-The service model is `queueing.PacedServer` with the rate from `queueing.warm_rate_at`:
+The service model is `queueing.FifoServer` over the rate from `queueing.warm_rate_at`:
 a replacement that goes ready starts at `cold_frac` of its warm rate and climbs over
 `warmup_s`, while its prefix-cache hit rate climbs from zero to `WARM_PREFIX_HIT_RATE`.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from fleetsim.clock import Clock
-from fleetsim.queueing import PacedServer, warm_progress, warm_rate_at
+from fleetsim.queueing import FifoServer, ServiceCurve, warm_progress, warm_rate_at
 
 WARM_PREFIX_HIT_RATE = 0.8
 PROMPT_TOKENS = 64
@@ -108,7 +108,7 @@ class Engine:
         self.ready_at = ready_at - (config.warmup_s if warm else 0.0)
         self.stats = EngineStats()
         self.health = Health.HEALTHY
-        self._server = PacedServer()
+        self._server = FifoServer()
         self._killed = asyncio.Event()
         self._frozen = asyncio.Event()
 
@@ -139,6 +139,10 @@ class Engine:
             self.age_s(), warm_rate=c.warm_rate, cold_frac=c.cold_frac, warmup_s=c.warmup_s
         )
 
+    def curve(self) -> ServiceCurve:
+        c = self.config
+        return ServiceCurve(c.warm_rate, c.cold_frac, c.warmup_s, self.ready_at)
+
     def prefix_hit_rate(self) -> float:
         return WARM_PREFIX_HIT_RATE * warm_progress(self.age_s(), self.config.warmup_s)
 
@@ -167,7 +171,7 @@ class Engine:
             self.stats.failed += 1
             raise EngineError("NCCL error: remote rank unreachable (watchdog timeout)")
         arrived = self.clock.now()
-        start = self._server.admit(arrived, self.service_rate())
+        start = self._server.admit(arrived, self.curve())
         self.stats.waiting += 1
         try:
             await self._sleep_or_die(start - arrived)

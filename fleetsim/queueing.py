@@ -2,9 +2,10 @@
 
 Two consumers:
 
-* `fleetsim.replica` paces each replica's request starts with `PacedServer`, whose
-  service rate follows `warm_rate_at` (cold fraction climbing to warm over the warm-up
-  window): the live, per-request counterpart of the fluid queue below.
+* `fleetsim.engine` queues each replica's requests in a `FifoServer` that drains at
+  the rate `warm_rate_at` gives (cold fraction climbing to warm over the warm-up
+  window): the per-request, continuous-time counterpart of the fluid queue below.
+  `simulate_ramp_requests` runs the ramp experiment through it.
 * `simulate_ramp` is a discrete-step fluid queue (one step per second) over a pool of
   warm replicas plus one warming replacement. It reproduces the runbook's `ramp_back.py`
   table and is the pure reference `activities/ramp.py` can check its weights against.
@@ -135,27 +136,116 @@ def simulate_ramp(
     )
 
 
-class PacedServer:
-    """A FIFO server whose start times are spaced `1 / rate` apart: one replica's engine.
+@dataclass(frozen=True)
+class ServiceCurve:
+    """A replica's cumulative service capacity: requests it can have served by time t.
 
-    `admit` returns when a request arriving at `now` starts service; the gap between
-    the two is its queue wait. Event-driven (no tick loop), so hundreds of replicas cost
-    nothing while idle and a ManualClock steps them exactly.
+    The integral of `warm_rate_at` from `ready_at`: quadratic over the warm-up window,
+    linear after. The fluid queue drains at the current rate; a FIFO request starts
+    once this curve has covered everything queued ahead of it.
+    """
+
+    warm_rate: float
+    cold_frac: float
+    warmup_s: float
+    ready_at: float
+
+    def _ramp(self) -> bool:
+        return self.warmup_s > 0 and self.cold_frac < 1.0
+
+    def capacity(self, t: float) -> float:
+        w, c, W = self.warm_rate, self.cold_frac, self.warmup_s
+        a = t - self.ready_at
+        if not self._ramp() or a <= 0:
+            return w * (c if self._ramp() else 1.0) * a
+        if a <= W:
+            return w * (c * a + (1.0 - c) * a * a / (2.0 * W))
+        return w * (c * W + (1.0 - c) * W / 2.0) + w * (a - W)
+
+    def time_at(self, units: float) -> float:
+        """Inverse of `capacity`: when the curve reaches `units`."""
+        w, c, W = self.warm_rate, self.cold_frac, self.warmup_s
+        if not self._ramp():
+            return self.ready_at + units / w
+        if units <= 0:
+            return self.ready_at + units / (w * c)
+        at_warm = w * (c * W + (1.0 - c) * W / 2.0)
+        if units <= at_warm:
+            a2 = (1.0 - c) * w / (2.0 * W)
+            b = c * w
+            return self.ready_at + (-b + math.sqrt(b * b + 4.0 * a2 * units)) / (2.0 * a2)
+        return self.ready_at + W + (units - at_warm) / w
+
+
+class FifoServer:
+    """One replica's engine queue: FIFO, draining at the current (warming) rate.
+
+    `admit` returns when a request arriving at `now` starts service; the gap is its
+    queue wait. Event-driven (no tick loop), so hundreds of idle replicas cost nothing
+    and a ManualClock steps them exactly. Positions are kept in units of the service
+    curve, so a backlog built while cold drains faster as the replica warms: the
+    continuous-time form of `FluidQueue`'s drain rule.
     """
 
     def __init__(self) -> None:
-        self._next_start = -math.inf
+        self._next_unit = -math.inf
 
-    def admit(self, now: float, rate: float) -> float:
-        if rate <= 0:
-            return math.inf
-        start = max(now, self._next_start)
-        self._next_start = start + 1.0 / rate
-        return start
+    def admit(self, now: float, curve: ServiceCurve) -> float:
+        unit = max(curve.capacity(now), self._next_unit)
+        self._next_unit = unit + 1.0
+        return max(now, curve.time_at(unit))
 
-    def backlog_s(self, now: float) -> float:
-        """Seconds of queued work ahead of a request arriving now."""
-        return max(0.0, self._next_start - now)
+    def backlog(self, now: float, curve: ServiceCurve) -> float:
+        """Requests queued ahead of one arriving now."""
+        return max(0.0, self._next_unit - curve.capacity(now))
 
-    def reset(self) -> None:
-        self._next_start = -math.inf
+
+def simulate_ramp_requests(
+    policy: RampPolicy,
+    arrival: float | None = None,
+    warm_rate: float = 20.0,
+    cold_frac: float = 0.25,
+    warmup_s: float = 120.0,
+    deadline_s: float = 30.0,
+    warm_replicas: int = 3,
+    seconds: int = 600,
+) -> RampResult:
+    """The same experiment, request by request, through the replicas' own `FifoServer`.
+
+    Evenly spaced arrivals, routed by smooth weighted round-robin with the policy's
+    shares; a request is late when its own queue wait exceeds the deadline. Unlike the
+    fluid model's per-step estimate (backlog over the current rate), a request's wait
+    here accounts for the rate rising while it queues.
+    """
+    if arrival is None:
+        arrival = warm_rate * warm_replicas
+    n = warm_replicas + 1
+    curves = [ServiceCurve(warm_rate, 1.0, 0.0, 0.0)] * warm_replicas
+    curves.append(ServiceCurve(warm_rate, cold_frac, warmup_s, 0.0))
+    servers = [FifoServer() for _ in range(n)]
+    credit = [0.0] * n
+    late = served = 0
+    peak_wait_new = 0.0
+    total = int(arrival * seconds)
+    for k in range(total):
+        t = k / arrival
+        new_rate = warm_rate_at(t, warm_rate=warm_rate, cold_frac=cold_frac, warmup_s=warmup_s)
+        shares = ramp_shares(policy, [warm_rate] * warm_replicas + [new_rate])
+        for i in range(n):
+            credit[i] += shares[i]
+        i = max(range(n), key=credit.__getitem__)
+        credit[i] -= 1.0
+        wait = servers[i].admit(t, curves[i]) - t
+        served += 1
+        if i == warm_replicas:
+            peak_wait_new = max(peak_wait_new, wait)
+        if wait > deadline_s:
+            late += 1
+    return RampResult(
+        served=float(served),
+        late=float(late),
+        goodput=float(served - late),
+        peak_wait_new=peak_wait_new,
+        final_depth_new=servers[-1].backlog(seconds, curves[-1]),
+        arrivals=float(total),
+    )

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from fleetsim.queueing import FluidQueue, PacedServer, simulate_ramp, warm_rate_at
+from fleetsim.queueing import (
+    FifoServer,
+    FluidQueue,
+    ServiceCurve,
+    simulate_ramp,
+    simulate_ramp_requests,
+    warm_rate_at,
+)
 
 
 def test_case_1_to_3_equal_share_overloads_the_cold_replica() -> None:
@@ -80,9 +87,47 @@ def test_warm_rate_climbs_linearly_then_holds() -> None:
     assert warm_rate_at(500, **kw) == 20.0
 
 
-def test_paced_server_spaces_starts_by_the_service_rate() -> None:
-    s = PacedServer()
-    starts = [s.admit(0.0, rate=4.0) for _ in range(3)]
-    assert starts == [0.0, 0.25, 0.5]
-    assert s.backlog_s(0.1) == pytest.approx(0.65)
-    assert s.admit(10.0, rate=4.0) == 10.0
+def test_fifo_server_on_a_warm_curve_spaces_starts_by_the_rate() -> None:
+    s = FifoServer()
+    warm = ServiceCurve(4.0, 1.0, 0.0, ready_at=-100.0)
+    starts = [s.admit(0.0, warm) for _ in range(3)]
+    assert starts == pytest.approx([0.0, 0.25, 0.5])
+    assert s.backlog(0.1, warm) == pytest.approx(2.6)
+    assert s.admit(10.0, warm) == 10.0
+
+
+def test_service_curve_integrates_the_warm_up_and_inverts() -> None:
+    curve = ServiceCurve(20.0, 0.25, 120.0, ready_at=0.0)
+    # 5 req/s climbing to 20 over 120 s: the area of a trapezoid, then a rectangle.
+    assert curve.capacity(120.0) == pytest.approx(120 * (5 + 20) / 2)
+    assert curve.capacity(130.0) == pytest.approx(1500 + 200)
+    for t in (0.5, 60.0, 119.0, 300.0):
+        assert curve.time_at(curve.capacity(t)) == pytest.approx(t)
+
+
+def test_a_backlog_built_cold_drains_faster_as_the_replica_warms() -> None:
+    cold = ServiceCurve(20.0, 0.25, 120.0, ready_at=0.0)
+    s = FifoServer()
+    last = [s.admit(0.0, cold) for _ in range(100)][-1]
+    # At the cold rate alone the 100th would wait 99 / 5 = 19.8 s.
+    assert 15.0 < last < 19.8
+
+
+def test_the_ramp_request_by_request_through_the_replicas_queues() -> None:
+    """fleetsim's own per-request figures (not the runbook's): same ordering, and the
+    fluid estimate (backlog over the current rate) is the conservative one."""
+    eq = simulate_ramp_requests("equal_on_ready")
+    rm = simulate_ramp_requests("ramp_on_measured_rate")
+    assert eq.served == rm.served == 36000
+    assert round(eq.peak_wait_new, 1) == 26.6 and rm.peak_wait_new < 0.1
+    assert eq.late == rm.late == 0
+    assert eq.peak_wait_new < simulate_ramp("equal_on_ready").peak_wait_new
+    sweep = [
+        round(simulate_ramp_requests("equal_on_ready", cold_frac=f).peak_wait_new)
+        for f in (1.0, 0.5)
+    ]
+    assert sweep == [0, 10]
+    full = {"arrival": 80.0, "cold_frac": 0.1, "warmup_s": 600.0}
+    eq7 = simulate_ramp_requests("equal_on_ready", **full)  # type: ignore[arg-type]
+    rm7 = simulate_ramp_requests("ramp_on_measured_rate", **full)  # type: ignore[arg-type]
+    assert 0 < eq7.late < rm7.late

@@ -151,7 +151,10 @@ async def test_cold_replica_queues_at_its_cold_rate_and_warms() -> None:
     for _ in range(20):
         await clock.advance(0.1)
     waits = sorted(await asyncio.gather(*tasks))
-    assert waits == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+    # 5 req/s when cold, already climbing: each start a little sooner than 0.2 s apart.
+    assert waits[0] == 0.0
+    for k in range(1, 5):
+        assert 0.19 * k < waits[k] < 0.2 * k
     await clock.advance(200)
     assert engine.service_rate() == 20.0
     assert engine.prefix_hit_rate() == pytest.approx(0.8)
