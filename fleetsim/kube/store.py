@@ -458,7 +458,13 @@ class Store:
                     new["status"] = status
             # Fields the server owns: a client cannot change them.
             meta = new["metadata"]
-            for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            for field in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
                 if field in old["metadata"]:
                     meta[field] = old["metadata"][field]
                 else:

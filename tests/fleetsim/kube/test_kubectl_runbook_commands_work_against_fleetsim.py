@@ -96,6 +96,13 @@ def test_label_annotate_and_custom_columns(kubectl: Callable[..., str], cluster:
     )
     svc = cluster.store.get("services", "llm", namespace=NS)
     assert svc["metadata"]["annotations"]["router.example.com/pool-weight-warm"] == "100"
+    kubectl("-n", NS, "annotate", "deployment/llm", "gateway.example.com/shed-tier=2")
+    kubectl("-n", NS, "annotate", "--overwrite", "deployment/llm", "gateway.example.com/shed-tier-")
+    dep = cluster.store.get("deployments", "llm", namespace=NS)
+    assert "gateway.example.com/shed-tier" not in (dep["metadata"].get("annotations") or {})
+    kubectl("-n", NS, "label", "--overwrite", "pods", "-l", "app=llm", "serving=true")
+    labelled = cluster.store.list("pods", namespace=NS, label_selector="app=llm,serving=true")
+    assert len(labelled) == 2
     out = kubectl(
         "-n",
         NS,
