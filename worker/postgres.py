@@ -39,7 +39,7 @@ def psycopg_url(uri: str, database: str | None = None) -> str:
     if database is not None:
         url = url.set(database=database)
     if url.password == "":
-        url = url.set(password=None)
+        url = url._replace(password=None)  # URL.set() ignores None
     return url.render_as_string(hide_password=False)
 
 
