@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 from kubernetes.client import ApiClient
+from temporalio.workflow import ActivityConfig
 
+from activities import cluster, gateway, metrics, notify, ramp, triage, warmup
 from activities.cluster import ClusterActivities
 from activities.common import EffectRunnerLike
 from activities.config import ActivitySettings
@@ -23,7 +25,37 @@ from activities.ramp import RampActivities
 from activities.triage import TriageActivities
 from activities.warmup import WarmupActivities
 
+# Activity name -> its timeouts and retry policy (`workflow.execute_activity(..., **opts)`).
+ACTIVITY_OPTIONS: dict[str, ActivityConfig] = {
+    "assess_loss": cluster.ASSESS_OPTIONS,
+    "read_routing_state": cluster.READ_ROUTING_OPTIONS,
+    "deroute_replica": cluster.DEROUTE_OPTIONS,
+    "restore_routing_label": cluster.RESTORE_ROUTING_OPTIONS,
+    "force_delete_pod": cluster.FORCE_DELETE_OPTIONS,
+    "promote_warm": cluster.PROMOTE_WARM_OPTIONS,
+    "demote_warm": cluster.DEMOTE_WARM_OPTIONS,
+    "scale_pool": cluster.SCALE_OPTIONS,
+    "estimate_lead_time": cluster.LEAD_TIME_OPTIONS,
+    "diagnose_pending": cluster.PENDING_OPTIONS,
+    "cordon_node": cluster.CORDON_OPTIONS,
+    "uncordon_node": cluster.UNCORDON_OPTIONS,
+    "relocate_misplaced_pod": cluster.RELOCATE_OPTIONS,
+    "verify_capacity": cluster.VERIFY_CAPACITY_OPTIONS,
+    "apply_shed_tier": gateway.SHED_TIER_OPTIONS,
+    "restore_shed_tier": gateway.RESTORE_SHED_TIER_OPTIONS,
+    "apply_retry_contract": gateway.RETRY_CONTRACT_OPTIONS,
+    "set_router_weights": gateway.ROUTER_WEIGHTS_OPTIONS,
+    "read_pressure": metrics.READ_PRESSURE_OPTIONS,
+    "read_replica_rates": metrics.READ_RATES_OPTIONS,
+    "verify_serving": metrics.VERIFY_SERVING_OPTIONS,
+    "ramp_traffic": ramp.RAMP_OPTIONS,
+    "warm_up_replica": warmup.WARMUP_OPTIONS,
+    "triage_node": triage.TRIAGE_OPTIONS,
+    "notify_incident_channel": notify.NOTIFY_OPTIONS,
+}
+
 __all__ = [
+    "ACTIVITY_OPTIONS",
     "ActivitySettings",
     "AnnotationGateway",
     "ClusterActivities",

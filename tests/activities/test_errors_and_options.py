@@ -1,0 +1,130 @@
+"""Errors: what a retry can change is retryable, the rest names the object and the verb.
+Options: every activity has timeouts and a retry policy defined beside it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import ACTIVITY_OPTIONS, build_activities
+from activities.cluster import ClusterActivities, CordonInput
+from activities.config import ActivitySettings
+from activities.effects import EffectRunner
+from activities.errors import PERMANENT, TEMPORARY, classify_status, k8s_call, k8s_error
+from activities.k8s import build_api_client
+
+from .conftest import NS, Kube
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (409, TEMPORARY),
+        (429, TEMPORARY),
+        (500, TEMPORARY),
+        (503, TEMPORARY),
+        (504, TEMPORARY),
+        (403, PERMANENT),
+        (404, PERMANENT),
+        (422, PERMANENT),
+    ],
+)
+def test_kubernetes_statuses_split_into_retryable_and_permanent(status: int, kind: str) -> None:
+    assert classify_status(status) == kind
+    error = k8s_error(ApiException(status=status, reason="Why"), verb="patch", obj="pod serving/x")
+    assert error.non_retryable is (kind == PERMANENT)
+    assert error.message == f"kubernetes patch pod serving/x: {status} Why"
+
+
+def test_a_missing_object_over_http_is_permanent_and_named(kube: Kube) -> None:
+    core = client.CoreV1Api(kube.api)
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call("get", "pod serving/nope", lambda: core.read_namespaced_pod("nope", NS))
+    assert failed.value.non_retryable
+    assert failed.value.message.startswith("kubernetes get pod serving/nope: 404")
+
+
+def test_a_stale_resource_version_over_http_is_a_retryable_conflict(kube: Kube) -> None:
+    kube.store.create(
+        "services", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}, namespace=NS
+    )
+    core = client.CoreV1Api(kube.api)
+    svc = core.read_namespaced_service("s", NS)
+    core.patch_namespaced_service("s", NS, {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call(
+            "update", "service serving/s", lambda: core.replace_namespaced_service("s", NS, svc)
+        )
+    assert not failed.value.non_retryable and ": 409" in str(failed.value)
+
+
+def test_an_invalid_patch_over_http_is_permanent(kube: Kube) -> None:
+    kube.store.create(
+        "services", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}, namespace=NS
+    )
+    core = client.CoreV1Api(kube.api)
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call(
+            "patch",
+            "service serving/s",
+            lambda: core.patch_namespaced_service(
+                "s", NS, {"metadata": {"labels": {"a": "not valid!"}}}
+            ),
+        )
+    assert failed.value.non_retryable and ": 422" in str(failed.value)
+
+
+def test_an_unreachable_api_server_is_retryable() -> None:
+    api = build_api_client(host="http://127.0.0.1:9")
+    core = client.CoreV1Api(api)
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call("list", "nodes", lambda: core.list_node(_request_timeout=1))
+    assert not failed.value.non_retryable and "kubernetes list nodes" in str(failed.value)
+
+
+def test_an_activity_on_a_missing_node_fails_permanently_and_the_ledger_records_it(
+    kube: Kube, runner: EffectRunner
+) -> None:
+    acts = ClusterActivities(kube.api, runner, ActivitySettings())
+    with pytest.raises(ApplicationError) as failed:
+        ActivityEnvironment().run(
+            acts.cordon_node, CordonInput(op_id="i/cordon/ghost", incident_id="i", node="ghost")
+        )
+    assert failed.value.non_retryable and "node ghost: 404" in str(failed.value)
+    record = runner.ledger.get("i/cordon/ghost")
+    assert record is not None and record.state == "failed"
+
+
+def test_every_registered_activity_has_timeouts_and_a_retry_policy_beside_it(
+    kube: Kube, runner: EffectRunner
+) -> None:
+    import httpx
+
+    with httpx.Client() as http:
+        registered = build_activities(kube.api, runner, http, ActivitySettings())
+    names = [fn.__name__ for fn in registered]
+    assert len(names) == len(set(names)) == len(ACTIVITY_OPTIONS)
+    assert set(names) == set(ACTIVITY_OPTIONS)
+    for name, opts in ACTIVITY_OPTIONS.items():
+        assert opts["start_to_close_timeout"] > timedelta(0), name
+        policy = opts["retry_policy"]
+        assert policy is not None
+        assert {"PermanentError", "RefusedError"} <= set(policy.non_retryable_error_types or []), (
+            name
+        )
+    waiting = {
+        "deroute_replica",
+        "relocate_misplaced_pod",
+        "ramp_traffic",
+        "warm_up_replica",
+        "read_pressure",
+        "read_replica_rates",
+        "verify_serving",
+    }
+    for name in waiting:
+        assert ACTIVITY_OPTIONS[name].get("heartbeat_timeout"), name
