@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -104,3 +107,53 @@ async def intake(local_env: WorkflowEnvironment, task_queue: str) -> AsyncIterat
 @pytest.fixture
 def pool() -> str:
     return unique("pool")
+
+
+@dataclass
+class IntakeProcess:
+    url: str
+    task_queue: str
+    proc: asyncio.subprocess.Process
+
+
+async def start_intake_process(env_extra: dict[str, str]) -> IntakeProcess:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLEETMEND_")},
+        "FLEETMEND_INTAKE_TOKEN": TOKEN,
+        "FLEETMEND_INTAKE_HOST": "127.0.0.1",
+        "FLEETMEND_INTAKE_PORT": str(port),
+        "FLEETMEND_LOG_LEVEL": "WARNING",
+        **env_extra,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker.cli",
+        "intake",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            try:
+                if (await http.get(f"{url}/healthz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.returncode is not None:
+                raise RuntimeError(f"intake exited with {proc.returncode}")
+            await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError("intake did not come up")
+    return IntakeProcess(url, env.get("FLEETMEND_TASK_QUEUE", ""), proc)
+
+
+async def stop_intake_process(intake: IntakeProcess) -> int | None:
+    code = intake.proc.returncode
+    if code is None:
+        intake.proc.terminate()
+        await asyncio.wait_for(intake.proc.wait(), timeout=20)
+    return code

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import socket
-import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,7 +35,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tests.intake.conftest import TOKEN, alert, free_port, notification
+from tests.intake.conftest import (
+    TOKEN,
+    IntakeProcess,
+    alert,
+    notification,
+    start_intake_process,
+    stop_intake_process,
+)
 from worker.intake_openapi import openapi_document
 from workflows.types import SIGNAL_REPLICA_LOST, LostReplica
 
@@ -65,74 +69,17 @@ class Ledger:
         return {s.status for s in self.sent}
 
 
-@dataclass
-class IntakeProcess:
-    url: str
-    task_queue: str
-    proc: asyncio.subprocess.Process
-
-
-async def _start_intake(env_extra: dict[str, str]) -> IntakeProcess:
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FLEETMEND_")},
-        "FLEETMEND_INTAKE_TOKEN": TOKEN,
-        "FLEETMEND_INTAKE_HOST": "127.0.0.1",
-        "FLEETMEND_INTAKE_PORT": str(port),
-        "FLEETMEND_LOG_LEVEL": "WARNING",
-        **env_extra,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "worker.cli",
-        "intake",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http:
-        for _ in range(300):
-            try:
-                if (await http.get(f"{url}/healthz")).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.returncode is not None:
-                raise RuntimeError(f"intake exited with {proc.returncode}")
-            await asyncio.sleep(0.1)
-        else:
-            raise RuntimeError("intake did not come up")
-    return IntakeProcess(url, env.get("FLEETMEND_TASK_QUEUE", ""), proc)
-
-
-async def _stop(intake: IntakeProcess) -> int | None:
-    code = intake.proc.returncode
-    if code is None:
-        intake.proc.terminate()
-        await asyncio.wait_for(intake.proc.wait(), timeout=20)
-    return code
-
-
 @pytest_asyncio.fixture
 async def intake_up(local_env: WorkflowEnvironment) -> AsyncIterator[IntakeProcess]:
     task_queue = f"tq-fuzz-{uuid.uuid4().hex[:8]}"
-    intake = await _start_intake(
+    intake = await start_intake_process(
         {
             "FLEETMEND_TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
             "FLEETMEND_TASK_QUEUE": task_queue,
         }
     )
     yield intake
-    await _stop(intake)
-
-
-@pytest.fixture
-def closed_port() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
+    await stop_intake_process(intake)
 
 
 # ------------------------------------------------------------------ strategies
@@ -396,7 +343,7 @@ async def test_thousands_of_generated_payloads_never_get_a_5xx_nor_start_a_bad_i
 
 
 async def test_with_temporal_down_the_only_5xx_is_503(closed_port: int) -> None:
-    intake = await _start_intake(
+    intake = await start_intake_process(
         {
             "FLEETMEND_TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port}",
             "FLEETMEND_INTAKE_TEMPORAL_TIMEOUT_S": "0.5",
@@ -410,7 +357,7 @@ async def test_with_temporal_down_the_only_5xx_is_503(closed_port: int) -> None:
         await asyncio.to_thread(send_all, intake.url, bodies, ledger)
         assert intake.proc.returncode is None
     finally:
-        await _stop(intake)
+        await stop_intake_process(intake)
     assert ledger.statuses() <= DECLARED
     assert {s.status for s in ledger.sent if s.status >= 500} == {503}
     # A batch with a valid firing alert is never answered 2xx while Temporal is down.
