@@ -4,6 +4,8 @@ Called from tests, drills and `python -m fleetsim serve` after the server starts
 `write_kubeconfig(path, server.url, token=...)`, then `kubectl --kubeconfig path ...`
 or `kubernetes.config.load_kube_config(path)`. The server speaks plain HTTP on
 loopback, so there is no CA; the token is sent as a bearer token when given.
+kubectl never sends a bearer token over plain HTTP (kubernetes/kubectl#744): serve
+without a token when kubectl must reach the server; the Python client sends it.
 """
 
 from __future__ import annotations

@@ -462,6 +462,7 @@ class Api:
         rv_param = q.get("resourceVersion")
         start_rv = int(rv_param) if rv_param and rv_param != "0" else None
         timeout = float(q.get("timeoutSeconds") or 0) or None
+        as_table = _wants_table(request)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
@@ -497,7 +498,17 @@ class Api:
                 kind = "DELETED"  # it left the selection, as the watch cache reports
             else:
                 return None
-            return (json.dumps({"type": kind, "object": event.object}) + "\n").encode()
+            body: Obj = event.object
+            if as_table:
+                # `kubectl get -w` watches in Table form: one row per event.
+                body = tables.table(
+                    t.res,
+                    [event.object],
+                    now=self.store.now(),
+                    resource_version=event.object["metadata"]["resourceVersion"],
+                    include_object=q.get("includeObject", "PartialObjectMetadata"),
+                )
+            return (json.dumps({"type": kind, "object": body}) + "\n").encode()
 
         async def stream() -> AsyncIterator[bytes]:
             event: Event | None

@@ -253,3 +253,34 @@ def test_leaderworkerset_accepts_merge_patch_but_not_strategic(api: client.ApiCl
             _content_type="application/strategic-merge-patch+json",
         )
     assert err.value.status == 415
+
+
+def test_leaderworkerset_scale_subresource_adds_and_removes_groups(
+    api: client.ApiClient, cluster: Cluster
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    group = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "big"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": llm_template(1)},
+        },
+    }
+    custom.create_namespaced_custom_object(*group, lws)
+    custom.patch_namespaced_custom_object_scale(*group, "big", {"spec": {"replicas": 2}})
+    assert pod_names(cluster) == ["big-0", "big-0-1", "big-1", "big-1-1"]
+    scale = custom.get_namespaced_custom_object_scale(*group, "big")
+    assert scale["spec"]["replicas"] == 2
+    assert scale["status"]["selector"] == (
+        "leaderworkerset.sigs.k8s.io/name=big,leaderworkerset.sigs.k8s.io/worker-index=0"
+    )
+    custom.patch_namespaced_custom_object_scale(*group, "big", {"spec": {"replicas": 1}})
+    doomed = [
+        p["metadata"]["name"]
+        for p in cluster.store.list("pods", namespace=NS)
+        if p["metadata"].get("deletionTimestamp")
+    ]
+    assert sorted(doomed) == ["big-1", "big-1-1"]
