@@ -41,6 +41,7 @@ class AddressHost:
         )
         self._config.load()
         self._state = ServerState()
+        self._closing = False
 
     async def _dispatch(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         server = scope.get("server")
@@ -49,7 +50,13 @@ class AddressHost:
             await send({"type": "http.response.start", "status": 503, "headers": []})
             await send({"type": "http.response.body", "body": b"no such listener"})
             return
-        await app(scope, receive, send)
+        try:
+            await app(scope, receive, send)
+        except asyncio.CancelledError:
+            # Shutting down: the request dies with the fleet, which is not an app error
+            # for uvicorn to log. Any other cancellation propagates.
+            if not self._closing:
+                raise
 
     async def serve(self, ip: str, port: int, app: ASGIApp) -> Address:
         """Listen on ip:port (port 0: ephemeral) and answer with `app`. Returns the address."""
@@ -99,6 +106,7 @@ class AddressHost:
                     conn.shutdown()
 
     async def close_all(self) -> None:
+        self._closing = True
         for address in list(self._servers):
             await self.close(address)
         for task in list(self._state.tasks):

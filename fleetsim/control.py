@@ -1,0 +1,105 @@
+"""A small HTTP control surface for a running fleet: counters, alerts, faults on demand.
+
+Served by `python -m fleetsim serve` (its URL is printed at start) so a person running
+a manual drill can read the router's counters and inject a fault into the live fleet;
+usable in-process too (`control_app(fleet)` is plain ASGI). Bad input never stops the
+fleet: a malformed fault or scenario gets 422 with one line per bad field, named by
+its dotted path, and a fault aimed at something that is not there gets 409.
+
+    GET  /counters            router and action counters (`Fleet.snapshot()`)
+    GET  /alerts              alerts fired so far, Alertmanager's POST shape
+    POST /faults              a fault (JSON or YAML body), e.g. {"kind": "fake-alive", ...}
+    POST /scenarios/validate  a scenario (YAML or JSON body): 200 or 422 naming fields
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from fleetsim.faults import FaultError
+from fleetsim.scenario import Fault, ScenarioError, parse_scenario
+
+if TYPE_CHECKING:
+    from fleetsim.fleet import Fleet
+
+
+def _field_errors(err: ValidationError) -> list[str]:
+    return [
+        f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()
+    ]
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return yaml.safe_load(raw.decode() or "null")
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"body is neither JSON nor YAML: {err}") from None
+
+
+def control_app(fleet: Fleet) -> Starlette:
+    async def counters(request: Request) -> JSONResponse:
+        return JSONResponse(fleet.snapshot())
+
+    async def alerts(request: Request) -> JSONResponse:
+        return JSONResponse(fleet.alerts())
+
+    async def faults(request: Request) -> JSONResponse:
+        try:
+            data = await _body(request)
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=400)
+        data = {"at": 0, **data} if isinstance(data, dict) else data
+        try:
+            fault = Fault.model_validate(data)
+        except ValidationError as err:
+            return JSONResponse({"errors": _field_errors(err)}, status_code=422)
+        t = fault.target
+        if t.pool is not None:
+            try:
+                fleet.scenario.pool(t.namespace or "", t.pool)
+            except KeyError:
+                return JSONResponse(
+                    {"errors": [f"target.pool: no pool {t.namespace}/{t.pool} in this fleet"]},
+                    status_code=422,
+                )
+        try:
+            injected = fleet.inject(fault)
+        except FaultError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=409)
+        return JSONResponse(
+            {
+                "kind": fault.kind,
+                "at": injected.at,
+                "pods": injected.pods,
+                "nodes": injected.nodes,
+                "alerts": [a.to_alertmanager() for a in injected.alerts],
+            }
+        )
+
+    async def validate(request: Request) -> JSONResponse:
+        try:
+            data = await _body(request)
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=400)
+        try:
+            scenario = parse_scenario(data, source="request body")
+        except ScenarioError as err:
+            return JSONResponse({"errors": err.problems}, status_code=422)
+        return JSONResponse({"name": scenario.name, "faults": len(scenario.faults)})
+
+    return Starlette(
+        routes=[
+            Route("/counters", counters, methods=["GET"]),
+            Route("/alerts", alerts, methods=["GET"]),
+            Route("/faults", faults, methods=["POST"]),
+            Route("/scenarios/validate", validate, methods=["POST"]),
+        ]
+    )
