@@ -31,6 +31,7 @@ from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.fleet import Fleet
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.server import KubeServer
+from fleetsim.scenario import parse_scenario
 from ledger.store import Ledger
 
 NS = "serving"
@@ -88,7 +89,7 @@ class RecordingApiClient(client.ApiClient):  # type: ignore[misc]
 
     def __init__(self, configuration: client.Configuration) -> None:
         client.ApiClient.__init__(self, configuration)
-        self.used = set()
+        self.used: set[tuple[str, str, str]] = set()
 
     def request(self, method: str, url: str, query_params: Any = None, *a: Any, **kw: Any) -> Any:
         path = url.split("://", 1)[-1]
@@ -97,7 +98,7 @@ class RecordingApiClient(client.ApiClient):  # type: ignore[misc]
         if query_params:
             query = "&".join(f"{k}={str(v).lower()}" for k, v in query_params)
         self.used.add(request_permission(method, path, query))
-        return client.ApiClient.request(self, method, url, query_params, *a, **kw)
+        return super().request(method, url, query_params, *a, **kw)  # type: ignore[misc]
 
 
 @dataclass
@@ -151,7 +152,13 @@ def env() -> ActivityEnvironment:
 
 
 def add_nodes(
-    cluster: Cluster, names: list[str], *, gpus: int = 8, rack: str, zone: str, **labels: str
+    cluster: Cluster,
+    names: list[str],
+    *,
+    gpus: int = 8,
+    rack: str,
+    zone: str,
+    labels: dict[str, str] | None = None,
 ) -> None:
     for name in names:
         cluster.add_node(
@@ -162,7 +169,7 @@ def add_nodes(
                 "topology.fleetmend.io/rack": rack,
                 "fleetmend.io/fabric-domain": f"fabric-{rack}",
                 "fleetmend.io/node-pool": "h100",
-                **labels,
+                **(labels or {}),
             },
         )
 
@@ -284,7 +291,7 @@ class FleetHandle:
         self.thread.start()
 
         async def make() -> Fleet:
-            fleet = Fleet(scenario, clock=ScaledClock(speed))
+            fleet = Fleet(parse_scenario(scenario), clock=ScaledClock(speed))
             await fleet.start()
             return fleet
 

@@ -111,7 +111,8 @@ def test_every_registered_activity_has_timeouts_and_a_retry_policy_beside_it(
     assert len(names) == len(set(names)) == len(ACTIVITY_OPTIONS)
     assert set(names) == set(ACTIVITY_OPTIONS)
     for name, opts in ACTIVITY_OPTIONS.items():
-        assert opts["start_to_close_timeout"] > timedelta(0), name
+        timeout = opts["start_to_close_timeout"]
+        assert timeout is not None and timeout > timedelta(0), name
         policy = opts["retry_policy"]
         assert policy is not None
         assert {"PermanentError", "RefusedError"} <= set(policy.non_retryable_error_types or []), (

@@ -47,7 +47,11 @@ def test_a_replacement_on_the_wrong_pool_is_cordoned_deleted_and_the_node_uncord
     kube: Kube, runner: EffectRunner, settings: ActivitySettings
 ) -> None:
     add_nodes(
-        kube.cluster, ["a100-0"], rack="rack-z", zone="zone-z", **{"fleetmend.io/node-pool": "a100"}
+        kube.cluster,
+        ["a100-0"],
+        rack="rack-z",
+        zone="zone-z",
+        labels={"fleetmend.io/node-pool": "a100"},
     )
     add_deployment(kube.cluster, POOL, 1, serving_labels(), {"app": POOL, "pool": "serving"})
     (misplaced,) = serving_pods(kube.cluster)
