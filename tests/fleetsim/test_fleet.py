@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from kubernetes import client as k8s
 
-from fleetsim.clock import ScaledClock
+from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.contract import ANNOTATION_ROUTER_WEIGHT
 from fleetsim.contract import LABEL_LWS_WORKER_INDEX as LWS_WORKER_INDEX
 from fleetsim.fleet import Fleet
@@ -283,3 +284,28 @@ async def test_the_fault_script_runs_at_its_times() -> None:
         assert 5 <= kinds[0][1] < 7 and 10 <= kinds[1][1] < 12
         assert fleet.traffic[0].rate() == 3.0
         assert fleet.alerts()[0]["labels"]["alertname"] == "FleetmendPodOOMKilled"
+
+
+async def test_a_manual_clock_steps_the_fleet_exactly() -> None:
+    clock = ManualClock()
+    async with Fleet(small(), clock=clock) as fleet:
+        victim = serving_pods(fleet)[0]["metadata"]["name"]
+        fleet.inject(
+            {"at": 0, "kind": "pod-oom-killed", "target": {"namespace": NS, "pool": "llm"}}
+        )
+        assert fleet.now() == 0.0
+        # Back-off 10 s, then a 20 s weight load: not before t=30.
+        for _ in range(29):
+            await clock.advance(1.0)
+            await asyncio.sleep(0.01)
+        assert victim not in ready_endpoints(fleet)
+        for _ in range(10):
+            await clock.advance(1.0)
+            await asyncio.sleep(0.03)
+            if victim in ready_endpoints(fleet):
+                break
+        assert victim in ready_endpoints(fleet)
+        assert 30.0 <= fleet.now() <= 33.0
+        engine = fleet.kubelet.pods[(NS, victim)].engine
+        assert engine is not None and engine.age_s() <= 3.0
+        assert engine.service_rate() == pytest.approx(2.5 + 7.5 * engine.age_s() / 60)
