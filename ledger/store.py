@@ -58,7 +58,19 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, Engine, Row, create_engine, func, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Interval,
+    Row,
+    bindparam,
+    create_engine,
+    false,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ledger.errors import (
@@ -78,6 +90,117 @@ Confirm = Callable[[str], Mapping[str, Any] | None]
 
 _o = operations.c
 _CLAIM_REMAINING = func.extract("epoch", _o.claim_expires_at - func.now()).label("claim_remaining")
+_JSON = JSONB(none_as_null=True)
+
+# The statements are built once: building SQLAlchemy constructs per call costs more client
+# CPU than the round trips they make.
+_SELECT = select(operations, _CLAIM_REMAINING).where(_o.op_id == bindparam("p_op_id"))
+_INSERT_INCIDENT = (
+    pg_insert(incidents)
+    .values(incident_id=bindparam("p_incident_id"))
+    .on_conflict_do_nothing(index_elements=["incident_id"])
+)
+_INSERT = (
+    pg_insert(operations)
+    .values(
+        op_id=bindparam("p_op_id"),
+        incident_id=bindparam("p_incident_id"),
+        origin=bindparam("p_origin"),
+        kind=bindparam("p_kind"),
+        target=bindparam("p_target"),
+        intent=bindparam("p_intent", type_=_JSON),
+        compensates=bindparam("p_compensates"),
+        dry_run=bindparam("p_dry_run"),
+        emergency=bindparam("p_emergency"),
+    )
+    .on_conflict_do_nothing(index_elements=["op_id"])
+    .returning(_o.op_id)
+)
+_CLAIM = (
+    update(operations)
+    .where(
+        _o.op_id == bindparam("p_op_id"),
+        _o.state == "proposed",
+        _o.dry_run == false(),
+        (_o.claim_expires_at.is_(None)) | (_o.claim_expires_at <= func.now()),
+    )
+    .values(
+        attempts=_o.attempts + 1,
+        claim_token=bindparam("p_token"),
+        claimed_at=func.now(),
+        claim_expires_at=func.now() + bindparam("p_lease", type_=Interval()),
+        updated_at=func.now(),
+    )
+    .returning(operations)
+)
+_RELEASE = (
+    update(operations)
+    .where(
+        _o.op_id == bindparam("p_op_id"),
+        _o.claim_token == bindparam("p_token"),
+        _o.state == "proposed",
+    )
+    .values(
+        claim_token=None, claim_expires_at=None, error=bindparam("p_error"), updated_at=func.now()
+    )
+)
+_MARK_APPLIED = (
+    update(operations)
+    .where(_o.op_id == bindparam("p_op_id"), _o.state == "proposed", _o.dry_run == false())
+    .values(
+        state="applied",
+        applied_at=func.now(),
+        result=bindparam("p_result", type_=_JSON),
+        claim_token=None,
+        claim_expires_at=None,
+        error=None,
+        updated_at=func.now(),
+    )
+    .returning(operations)
+)
+_CONFIRM = (
+    update(operations)
+    .where(
+        _o.op_id == bindparam("p_op_id"),
+        _o.state.in_(("proposed", "applied")),
+        _o.dry_run == false(),
+    )
+    .values(
+        state="confirmed",
+        applied_at=func.coalesce(_o.applied_at, func.now()),
+        confirmed_at=func.now(),
+        evidence=bindparam("p_evidence", type_=_JSON),
+        result=func.coalesce(bindparam("p_result", type_=_JSON), _o.result),
+        claim_token=None,
+        claim_expires_at=None,
+        updated_at=func.now(),
+    )
+    .returning(operations)
+)
+_FAIL = (
+    update(operations)
+    .where(_o.op_id == bindparam("p_op_id"), _o.state.in_(("proposed", "applied")))
+    .values(
+        state="failed",
+        failed_at=func.now(),
+        error=bindparam("p_error"),
+        claim_token=None,
+        claim_expires_at=None,
+        updated_at=func.now(),
+    )
+    .returning(operations)
+)
+_MARK_COMPENSATED = (
+    update(operations)
+    .where(_o.op_id == bindparam("p_op_id"), _o.state != "compensated")
+    .values(
+        state="compensated",
+        compensated_at=func.now(),
+        claim_token=None,
+        claim_expires_at=None,
+        updated_at=func.now(),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -285,34 +408,12 @@ class Ledger:
     def release(self, op_id: str, claim_token: str, *, error: str | None = None) -> None:
         """Give a claim back without applying (so the next attempt need not wait the lease)."""
         with self.engine.begin() as conn:
-            conn.execute(
-                update(operations)
-                .where(_o.op_id == op_id, _o.claim_token == claim_token, _o.state == "proposed")
-                .values(
-                    claim_token=None,
-                    claim_expires_at=None,
-                    error=error,
-                    updated_at=func.now(),
-                )
-            )
+            conn.execute(_RELEASE, {"p_op_id": op_id, "p_token": claim_token, "p_error": error})
 
     def mark_applied(self, op_id: str, result: Mapping[str, Any] | None = None) -> OperationRecord:
         """proposed -> applied, with what apply observed. Idempotent: first record wins."""
-        stmt = (
-            update(operations)
-            .where(_o.op_id == op_id, _o.state == "proposed", _o.dry_run.is_(False))
-            .values(
-                state="applied",
-                applied_at=func.now(),
-                result=json_safe(result),
-                claim_token=None,
-                claim_expires_at=None,
-                error=None,
-                updated_at=func.now(),
-            )
-            .returning(operations)
-        )
-        return self._transition(stmt, op_id, "applied", done=("applied", "confirmed"))
+        params = {"p_op_id": op_id, "p_result": json_safe(result)}
+        return self._transition(_MARK_APPLIED, params, "applied", done=("applied", "confirmed"))
 
     def confirm(
         self,
@@ -326,45 +427,17 @@ class Ledger:
         Confirming a `proposed` operation records it as applied too: the evidence shows an
         effect whose applied record was lost (the applied-not-recorded window).
         """
-        values: dict[str, Any] = {
-            "state": "confirmed",
-            "applied_at": func.coalesce(_o.applied_at, func.now()),
-            "confirmed_at": func.now(),
-            "evidence": json_safe(evidence),
-            "claim_token": None,
-            "claim_expires_at": None,
-            "updated_at": func.now(),
+        params = {
+            "p_op_id": op_id,
+            "p_evidence": json_safe(evidence),
+            "p_result": None if result is None else json_safe(result),
         }
-        if result is not None:
-            values["result"] = json_safe(result)
-        stmt = (
-            update(operations)
-            .where(
-                _o.op_id == op_id,
-                _o.state.in_(("proposed", "applied")),
-                _o.dry_run.is_(False),
-            )
-            .values(values)
-            .returning(operations)
-        )
-        return self._transition(stmt, op_id, "confirmed", done=("confirmed",))
+        return self._transition(_CONFIRM, params, "confirmed", done=("confirmed",))
 
     def fail(self, op_id: str, error: str) -> OperationRecord:
         """proposed|applied -> failed. The op id is never applied again."""
-        stmt = (
-            update(operations)
-            .where(_o.op_id == op_id, _o.state.in_(("proposed", "applied")))
-            .values(
-                state="failed",
-                failed_at=func.now(),
-                error=error,
-                claim_token=None,
-                claim_expires_at=None,
-                updated_at=func.now(),
-            )
-            .returning(operations)
-        )
-        return self._transition(stmt, op_id, "failed", done=("failed",))
+        params = {"p_op_id": op_id, "p_error": error}
+        return self._transition(_FAIL, params, "failed", done=("failed",))
 
     def compensate(self, op_id: str, *, by: str) -> OperationRecord:
         """Mark `op_id` compensated by operation `by`, which must name it in `compensates`.
@@ -545,11 +618,7 @@ class Ledger:
         incident_id = values["incident_id"]
         with self.engine.begin() as conn:
             if incident_id is not None and incident_id not in self._known_incidents:
-                conn.execute(
-                    pg_insert(incidents)
-                    .values(incident_id=incident_id)
-                    .on_conflict_do_nothing(index_elements=["incident_id"])
-                )
+                conn.execute(_INSERT_INCIDENT, {"p_incident_id": incident_id})
             if values["compensates"] is not None:
                 undone = self._select(conn, values["compensates"])
                 if undone is None:
@@ -558,12 +627,7 @@ class Ledger:
                         f"no operation {values['compensates']!r} in the ledger to compensate",
                         op_id=op_id,
                     )
-            inserted = conn.execute(
-                pg_insert(operations)
-                .values(values)
-                .on_conflict_do_nothing(index_elements=["op_id"])
-                .returning(_o.op_id)
-            ).first()
+            inserted = conn.execute(_INSERT, {f"p_{k}": v for k, v in values.items()}).first()
             if inserted is None:
                 existing = self._select(conn, op_id)
                 assert existing is not None  # the conflict was on this very row
@@ -576,35 +640,24 @@ class Ledger:
         return record, None if row is None else _claim_of(row)
 
     def _claim(self, conn: Connection, op_id: str) -> Row[Any] | None:
-        stmt = (
-            update(operations)
-            .where(
-                _o.op_id == op_id,
-                _o.state == "proposed",
-                _o.dry_run.is_(False),
-                (_o.claim_expires_at.is_(None)) | (_o.claim_expires_at <= func.now()),
-            )
-            .values(
-                attempts=_o.attempts + 1,
-                claim_token=uuid.uuid4().hex,
-                claimed_at=func.now(),
-                claim_expires_at=func.now() + timedelta(seconds=self.lease),
-                updated_at=func.now(),
-            )
-            .returning(operations)
-        )
-        return conn.execute(stmt).first()
+        params = {
+            "p_op_id": op_id,
+            "p_token": uuid.uuid4().hex,
+            "p_lease": timedelta(seconds=self.lease),
+        }
+        return conn.execute(_CLAIM, params).first()
 
     @staticmethod
     def _select(conn: Connection, op_id: str) -> OperationRecord | None:
-        row = conn.execute(select(operations, _CLAIM_REMAINING).where(_o.op_id == op_id)).first()
+        row = conn.execute(_SELECT, {"p_op_id": op_id}).first()
         return None if row is None else OperationRecord.from_row(row)
 
     def _transition(
-        self, stmt: Any, op_id: str, wanted: str, *, done: tuple[str, ...]
+        self, stmt: Any, params: dict[str, Any], wanted: str, *, done: tuple[str, ...]
     ) -> OperationRecord:
+        op_id = params["p_op_id"]
         with self.engine.begin() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(stmt, params).first()
             if row is not None:
                 record = OperationRecord.from_row(row)
                 if record.compensates is not None and wanted in ("applied", "confirmed"):
@@ -619,17 +672,7 @@ class Ledger:
 
     @staticmethod
     def _mark_compensated(conn: Connection, op_id: str) -> None:
-        conn.execute(
-            update(operations)
-            .where(_o.op_id == op_id, _o.state != "compensated")
-            .values(
-                state="compensated",
-                compensated_at=func.now(),
-                claim_token=None,
-                claim_expires_at=None,
-                updated_at=func.now(),
-            )
-        )
+        conn.execute(_MARK_COMPENSATED, {"p_op_id": op_id})
 
 
 def _claim_of(row: Row[Any]) -> Claim:
