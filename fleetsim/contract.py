@@ -61,6 +61,10 @@ class ShedTier(IntEnum):
     FEATURE_OFF = 4  # the AI feature is off; nothing reaches the replicas
 
 
+ANNOTATION_FALLBACK_SERVICE = "gateway.fleetmend.io/fallback-service"
+"""On the Service: the Service (same namespace) shed tier 2 sends requests to; without
+it tier 2 degrades parameters only."""
+
 ANNOTATION_OPERATION_ID = "fleetmend.io/operation-id"
 """Stamped by fleetmend on objects it changes, so a retry can see what it already did."""
 

@@ -131,6 +131,16 @@ class Fleet:
         """Fleet seconds since `start()` returned."""
         return self.clock.now() - self._t0
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` of fleet time (fast on a ScaledClock)."""
+        await self.clock.sleep(seconds)
+
+    async def run_until(self, t: float) -> None:
+        """Wait until fleet time `t` (seconds since start)."""
+        remaining = t - self.now()
+        if remaining > 0:
+            await self.clock.sleep(remaining)
+
     def write_kubeconfig(self, path: str | Path, *, namespace: str | None = None) -> Path:
         return write_kubeconfig(path, self.kube_url, token=self.kube_token, namespace=namespace)
 

@@ -28,6 +28,7 @@ import httpx
 
 from fleetsim.clock import Clock
 from fleetsim.contract import (
+    ANNOTATION_FALLBACK_SERVICE,
     ANNOTATION_ROUTER_WEIGHT,
     ANNOTATION_SHED_TIER,
     DEFAULT_ROUTER_WEIGHT,
@@ -38,8 +39,6 @@ from fleetsim.contract import (
 from fleetsim.kube.store import Event, Store
 from fleetsim.replica import HEADER_QUEUE_WAIT
 
-ANNOTATION_FALLBACK_SERVICE = "gateway.fleetmend.io/fallback-service"
-"""On the Service: where shed tier 2 (model fallback) sends requests, same namespace."""
 RETRY_AFTER_S = 5
 
 

@@ -12,7 +12,11 @@ import pytest
 
 from fleetsim.actions import ActionSink
 from fleetsim.clock import ScaledClock
-from fleetsim.contract import ANNOTATION_ROUTER_WEIGHT, ANNOTATION_SHED_TIER
+from fleetsim.contract import (
+    ANNOTATION_FALLBACK_SERVICE,
+    ANNOTATION_ROUTER_WEIGHT,
+    ANNOTATION_SHED_TIER,
+)
 from fleetsim.engine import Engine, EngineConfig
 from fleetsim.kube.store import Store
 from fleetsim.netserve import AddressHost
@@ -150,6 +154,26 @@ async def test_shed_tiers_refuse_low_priority_then_everything(bed: Bed) -> None:
     assert await send(bed, 2) == ["served", "served"]
     c = bed.router.counters
     assert c.shed == 4 and c.degraded == 4
+
+
+async def test_shed_tier_2_sends_requests_to_the_fallback_service(bed: Bed) -> None:
+    publish(bed, {"llm-a": True, "llm-b": True})
+    port = bed.addresses["llm-c"][1]
+    small_slice = endpoint_slice([("llm-c", bed.addresses["llm-c"][0], True)], port)
+    small_slice["metadata"].update(name="small-abc", labels={"kubernetes.io/service-name": "small"})
+    bed.store.create("endpointslices", small_slice)
+    bed.store.create("services", {"metadata": {"name": "small", "namespace": NS},
+                                  "spec": {"selector": {"app": "small"}}})  # fmt: skip
+    bed.store.patch(
+        "services",
+        SVC,
+        {"metadata": {"annotations": {ANNOTATION_SHED_TIER: "2",
+                                      ANNOTATION_FALLBACK_SERVICE: "small"}}},
+        namespace=NS,
+    )  # fmt: skip
+    assert await send(bed, 4) == ["served"] * 4
+    c = bed.router.counters
+    assert c.served_by_pod["llm-c"] == 4 and c.degraded == 4
 
 
 async def test_a_dead_replica_is_retried_elsewhere_before_the_first_byte(bed: Bed) -> None:
