@@ -8,7 +8,7 @@ Temporal's pydantic data converter, so the Web UI shows readable JSON.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,6 +89,17 @@ class IncidentInput(BaseModel):
     blast_radius_fraction: float = 0.25
     auto_shed_tier_limit: int = 2
     gate_timeout_s: float = 900.0
+    # Cool-down / half-open of a recovered or replacement replica (seed 002, section 8.3).
+    cooldown_s: float = 30.0
+    cooldown_max_s: float = 300.0
+    probe_share: float = 0.1
+    probe_window_s: float = 60.0
+    max_probes: int = 4
+    ttft_slo_s: float = 2.0
+    # Carried by continue-as-new; None on the first run.
+    state: IncidentState | None = None
+    # Tests force continue-as-new with a small history; production trusts Temporal's hint.
+    max_history_events: int | None = None
 
 
 class ApprovalInput(BaseModel):
@@ -98,3 +109,283 @@ class ApprovalInput(BaseModel):
     approver: str
     approve: bool = True
     reason: str = ""
+
+
+class AbortRequest(BaseModel):
+    """What an operator sends to `abort`: the incident compensates and stops."""
+
+    requested_by: str = ""
+    reason: str = ""
+
+
+# ----------------------------------------------------------------------------- incident state
+
+Step = Literal[
+    "assess",
+    "deroute",
+    "protect",
+    "inflight",
+    "promote-warm",
+    "provision",
+    "reschedule",
+    "triage",
+    "ramp",
+    "verify",
+    "roll-back",
+    "compensate",
+    "closed",
+]
+
+GateKind = Literal["force-delete", "shed-tier", "blast-radius", "provision"]
+GateOutcome = Literal["approved", "rejected", "timed-out", "dry-run", "aborted"]
+IncidentOutcome = Literal[
+    "open", "recovered", "recovered-measures-kept", "compensated", "aborted", "cancelled"
+]
+
+
+class TimelineEntry(BaseModel):
+    """One thing the incident did or decided, with the numbers it decided on."""
+
+    step: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: str = "running"
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    dry_run: bool = False
+
+
+class Effect(BaseModel):
+    """One mutating activity call: its operation id and what it did (or would have done)."""
+
+    op_id: str
+    step: str
+    activity: str
+    target: str
+    dry_run: bool = False
+    applied_now: bool | None = None
+    compensation: bool = False
+    at: datetime
+
+
+class Compensation(BaseModel):
+    """A saga entry: how to undo one forward operation, registered before it acts."""
+
+    forward_op_id: str
+    op_id: str
+    step: str
+    target: str
+    activity: str
+    input: dict[str, Any]
+    # Discharged: the forward effect was undone by the runbook itself (roll-back step).
+    discharged: bool = False
+    done: bool = False
+    error: str | None = None
+
+
+class Gate(BaseModel):
+    """An approval gate: what it would do if approved and what happens if nobody answers."""
+
+    name: str
+    kind: GateKind
+    would_do: str
+    on_timeout: str
+    timeout_s: float
+    opened_at: datetime
+    deadline: datetime
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    outcome: GateOutcome | None = None
+    approver: str | None = None
+    reason: str = ""
+    decided_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.outcome is None
+
+
+class ReplicaShare(BaseModel):
+    """Cool-down / half-open bookkeeping of one recovered or replacement replica."""
+
+    pod: str
+    cooldown_s: float
+    probes: int = 0
+    state: Literal["cooling", "half-open", "full", "held-back"] = "cooling"
+
+
+class Facts(BaseModel):
+    """What the assessment read: the numbers every later step decides on."""
+
+    pool_size: int = 0
+    severity: str = "unknown"
+    lost_replicas: list[str] = Field(default_factory=list)
+    lost_nodes: list[str] = Field(default_factory=list)
+    lost_fraction: float = 0.0
+    survivors: list[dict[str, Any]] = Field(default_factory=list)
+    capacity: dict[str, float] = Field(default_factory=dict)
+    warm_ready: list[dict[str, Any]] = Field(default_factory=list)
+    model: str | None = None
+    revision: str | None = None
+    workload_kind: str | None = None
+    workload_name: str | None = None
+    common_causes: list[str] = Field(default_factory=list)
+
+
+class IncidentState(BaseModel):
+    """Everything the incident knows, in one model, so continue-as-new passes it whole."""
+
+    incident_id: str = ""
+    workflow_id: str = ""
+    namespace: str = ""
+    pool: str = ""
+    dry_run: bool = False
+    started_at: datetime | None = None
+    step: str = "assess"
+    completed_steps: list[str] = Field(default_factory=list)
+    losses: list[LostReplica] = Field(default_factory=list)
+    # Losses already assessed and derouted; later ones are taken in at the next step boundary.
+    assessed_losses: int = 0
+    seen_alerts: list[str] = Field(default_factory=list)
+    resolved: list[AlertResolved] = Field(default_factory=list)
+    facts: Facts = Field(default_factory=Facts)
+    derouted: list[str] = Field(default_factory=list)
+    held_routed: list[str] = Field(default_factory=list)
+    shed_level: int = 0
+    shed_previous: dict[str, Any] | None = None
+    new_replicas: list[dict[str, Any]] = Field(default_factory=list)
+    shares: dict[str, ReplicaShare] = Field(default_factory=dict)
+    triaged_nodes: list[str] = Field(default_factory=list)
+    verified: bool = False
+    # The ramp's verdict: routing is not admission, shedding stays while a cache is cold.
+    keep_shedding_reason: str | None = None
+    # Replacements that verification found on a pool they do not belong in.
+    misplaced: list[str] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    effects: list[Effect] = Field(default_factory=list)
+    saga: list[Compensation] = Field(default_factory=list)
+    gates: dict[str, Gate] = Field(default_factory=dict)
+    abort: AbortRequest | None = None
+    outcome: IncidentOutcome = "open"
+    runs: int = 1
+
+
+class PendingGate(BaseModel):
+    """A gate as the status query shows it: what approving it would do, and the deadline."""
+
+    gate: str
+    kind: GateKind
+    would_do: str
+    on_timeout: str
+    deadline: datetime
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class IncidentStatus(BaseModel):
+    """What the `status` query returns."""
+
+    incident_id: str
+    step: str
+    outcome: IncidentOutcome
+    dry_run: bool
+    severity: str
+    losses: list[str]
+    pending_gates: list[PendingGate]
+    timeline: list[TimelineEntry]
+    effects: list[Effect]
+    compensations: list[Compensation]
+    runs: int
+
+
+class IncidentResult(BaseModel):
+    """What the incident workflow returns when it closes."""
+
+    incident_id: str
+    outcome: IncidentOutcome
+    steps: list[str]
+    effects: int
+    compensated: int
+    runs: int
+
+
+class GateDecision(BaseModel):
+    """What `approve` answers."""
+
+    gate: str
+    outcome: GateOutcome
+    approver: str
+
+
+# ----------------------------------------------------------------------------- reconciliation
+
+FindingKind = Literal["duplicate", "orphan", "drift"]
+
+
+class ReconcileInput(BaseModel):
+    """Start argument of ReconcileWorkflow; no incident id means every incident since `since`."""
+
+    incident_id: str | None = None
+    namespace: str | None = None
+    pool: str | None = None
+    since: datetime | None = None
+
+
+class LedgerQuery(BaseModel):
+    incident_id: str | None = None
+    since: datetime | None = None
+
+
+class LedgerOperation(BaseModel):
+    """One operation as the ledger recorded it (the intent)."""
+
+    op_id: str
+    incident_id: str
+    kind: str
+    target: str
+    state: str
+    intent: dict[str, Any] = Field(default_factory=dict)
+    compensates: str | None = None
+    emergency: bool = False
+    dry_run: bool = False
+
+
+class LedgerOperations(BaseModel):
+    operations: list[LedgerOperation] = Field(default_factory=list)
+
+
+class ObserveInput(BaseModel):
+    operations: list[LedgerOperation]
+
+
+class ObservedEffect(BaseModel):
+    """What the cluster or gateway shows for one operation: how many times it is stamped there."""
+
+    op_id: str
+    present: bool
+    # Objects carrying this op id's stamp; more than one is a duplicate effect.
+    occurrences: int = 0
+    detail: str = ""
+
+
+class ObservedEffects(BaseModel):
+    effects: list[ObservedEffect] = Field(default_factory=list)
+
+
+class Finding(BaseModel):
+    kind: FindingKind
+    op_id: str
+    target: str
+    detail: str
+
+
+class FindingsInput(BaseModel):
+    incident_id: str | None
+    findings: list[Finding]
+
+
+class ReconcileReport(BaseModel):
+    incident_id: str | None
+    operations: int
+    findings: list[Finding]
+
+
+# IncidentInput names IncidentState, defined below it to keep the contract types first.
+IncidentInput.model_rebuild()
