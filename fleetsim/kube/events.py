@@ -28,7 +28,7 @@ def record(
     now = store.timestamp()
     digest = hashlib.sha1(f"{meta.get('uid')}/{type_}/{reason}/{message}".encode()).hexdigest()
     name = f"{meta['name']}.{digest[:16]}"
-    existing = store.try_get("events", name, namespace=namespace)
+    existing = store.try_get("events", name, namespace=namespace, copy=False)
     if existing is not None:
 
         def bump(ev: Obj) -> None:

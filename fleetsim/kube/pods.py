@@ -167,8 +167,8 @@ def update_readiness(
     gate: tuple[str, bool] | None = None,
 ) -> Obj:
     """Change containers readiness and/or one readiness gate, then recompute Ready."""
-    pod = store.get("pods", name, namespace=namespace)
-    node = store.try_get("nodes", node_name(pod)) if node_name(pod) else None
+    pod = store.get("pods", name, namespace=namespace, copy=False)
+    node = store.try_get("nodes", node_name(pod), copy=False) if node_name(pod) else None
     now = store.timestamp()
 
     def edit(p: Obj) -> None:

@@ -41,7 +41,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import copy
 import logging
 import random
 import threading
@@ -104,6 +103,17 @@ ObjList = list[Obj]
 EventList = list[Event]
 
 
+def clone(value: Any) -> Any:
+    """Deep copy for JSON data: several times faster than copy.deepcopy, which matters
+    because every read and every event hands out a private copy."""
+    kind = type(value)
+    if kind is dict:
+        return {k: clone(v) for k, v in value.items()}
+    if kind is list:
+        return [clone(v) for v in value]
+    return value
+
+
 def _key(namespace: str | None, name: str) -> tuple[str, str]:
     return (namespace or "", name)
 
@@ -144,21 +154,36 @@ class Store:
             return str(self._rv)
 
     # ------------------------------------------------------------------ reads
-    def get(self, resource: str | Resource, name: str, *, namespace: str | None = None) -> Obj:
+    def get(
+        self,
+        resource: str | Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        copy: bool = True,
+    ) -> Obj:
+        """The object; `copy=False` returns the stored one, for read-only callers."""
         res = _resource(resource)
         with self._lock:
             obj = self._objects[res.key].get(_key(_ns(res, namespace), name))
             if obj is None:
                 raise not_found(res.plural, name, res.group)
-            return copy.deepcopy(obj)
+            return clone(obj) if copy else obj
 
     def try_get(
-        self, resource: str | Resource, name: str, *, namespace: str | None = None
+        self,
+        resource: str | Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        copy: bool = True,
     ) -> Obj | None:
         res = _resource(resource)
         with self._lock:
             obj = self._objects[res.key].get(_key(_ns(res, namespace), name))
-            return copy.deepcopy(obj) if obj is not None else None
+            if obj is None:
+                return None
+            return clone(obj) if copy else obj
 
     def list(
         self,
@@ -167,13 +192,17 @@ class Store:
         namespace: str | None = None,
         label_selector: str | LabelSelector | None = None,
         field_selector: str | FieldSelector | None = None,
+        copy: bool = True,
     ) -> list[Obj]:
-        """Objects in creation order; `namespace=None` means all namespaces."""
+        """Objects in creation order; `namespace=None` means all namespaces.
+        `copy=False` returns the stored objects themselves, for read-only callers
+        (the controllers): never modify them, change objects through the store."""
         return self.list_with_version(
             resource,
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
+            copy=copy,
         )[0]
 
     def list_with_version(
@@ -183,13 +212,14 @@ class Store:
         namespace: str | None = None,
         label_selector: str | LabelSelector | None = None,
         field_selector: str | FieldSelector | None = None,
+        copy: bool = True,
     ) -> tuple[ObjList, str]:
         res = _resource(resource)
         labels = _labels(label_selector)
         fields = _fields(res, field_selector)
         with self._lock:
             items = [
-                copy.deepcopy(obj)
+                clone(obj) if copy else obj
                 for (ns, _), obj in self._objects[res.key].items()
                 if (namespace is None or not res.namespaced or ns == namespace)
                 and labels.matches(obj["metadata"].get("labels"))
@@ -201,7 +231,7 @@ class Store:
     def create(self, resource: str | Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
         """Store a new object; `metadata.generateName` is honoured. 409 if it exists."""
         res = _resource(resource)
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         meta = new.setdefault("metadata", {})
         new["apiVersion"] = res.api_version
         new["kind"] = res.kind
@@ -238,7 +268,7 @@ class Store:
             meta["resourceVersion"] = str(self._rv)
             self._objects[res.key][key] = new
             self._emit("ADDED", res, new, None)
-            result = copy.deepcopy(new)
+            result = clone(new)
         self._drain()
         return result
 
@@ -256,7 +286,7 @@ class Store:
         if not name:
             raise BadRequest("name is required for an update")
         ns = _ns(res, namespace or (obj.get("metadata") or {}).get("namespace"))
-        return self._update(res, name, ns, lambda _old: copy.deepcopy(obj), scope, True)
+        return self._update(res, name, ns, lambda _old: clone(obj), scope, True)
 
     def patch(
         self,
@@ -296,7 +326,7 @@ class Store:
         res = _resource(resource)
 
         def apply(old: Obj) -> Obj:
-            new = copy.deepcopy(old)
+            new = clone(old)
             returned = fn(new)
             return returned if returned is not None else new
 
@@ -336,7 +366,7 @@ class Store:
             if propagation_policy == "Orphan":
                 self._orphan_dependents_locked(meta["uid"])
             if grace > 0 or meta.get("finalizers"):
-                new = copy.deepcopy(old)
+                new = clone(old)
                 nmeta = new["metadata"]
                 current = nmeta.get("deletionGracePeriodSeconds")
                 if nmeta.get("deletionTimestamp") is None or (
@@ -347,7 +377,7 @@ class Store:
                     )
                     nmeta["deletionGracePeriodSeconds"] = grace
                     self._commit(res, old, new)
-                result = copy.deepcopy(self._objects[res.key][_key(ns, name)])
+                result = clone(self._objects[res.key][_key(ns, name)])
             else:
                 result = self._remove_locked(res, ns, name)
         self._drain()
@@ -410,7 +440,7 @@ class Store:
         with self._lock:
             if resource_version is None:
                 backlog = [
-                    Event("ADDED", _resource(key), copy.deepcopy(obj), None, self._rv)
+                    Event("ADDED", _resource(key), clone(obj), None, self._rv)
                     for key, objs in self._objects.items()
                     for obj in objs.values()
                 ]
@@ -433,7 +463,7 @@ class Store:
             old = self._objects[res.key].get(key)
             if old is None:
                 raise not_found(res.plural, name, res.group)
-            new = change(copy.deepcopy(old))
+            new = change(clone(old))
             meta = new.setdefault("metadata", {})
             if not isinstance(meta, dict):
                 raise Invalid(f'{res.kind} "{name}" is invalid: metadata: must be an object')
@@ -446,12 +476,12 @@ class Store:
             if check_version and wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
                 raise conflict(res.plural, name, res.group)
             if scope == "main" and "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             elif scope == "main":
                 new.pop("status", None)
             elif scope == "status":
                 status = new.get("status")
-                new = copy.deepcopy(old)
+                new = clone(old)
                 if status is None:
                     new.pop("status", None)
                 else:
@@ -476,7 +506,7 @@ class Store:
             new["kind"] = res.kind
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
             if new == old:
-                return copy.deepcopy(old)
+                return clone(old)
             validation.validate(res, new, old)
             if new.get("spec") != old.get("spec"):
                 meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
@@ -489,7 +519,7 @@ class Store:
                 and not (res.graceful_delete and meta.get("deletionGracePeriodSeconds"))
             )
             self._commit(res, old, new)
-            result = copy.deepcopy(new)
+            result = clone(new)
             if finalize:
                 result = self._remove_locked(res, namespace, name)
         self._drain()
@@ -505,25 +535,25 @@ class Store:
 
     def _remove_locked(self, res: Resource, namespace: str | None, name: str) -> Obj:
         old = self._objects[res.key].pop(_key(namespace, name))
-        gone = copy.deepcopy(old)
+        gone = clone(old)
         self._rv += 1
         gone["metadata"]["resourceVersion"] = str(self._rv)
         self._emit("DELETED", res, gone, old)
-        return copy.deepcopy(gone)
+        return clone(gone)
 
     def _orphan_dependents_locked(self, owner_uid: str) -> None:
         for key, objs in self._objects.items():
             for obj in list(objs.values()):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if any(r.get("uid") == owner_uid for r in refs):
-                    new = copy.deepcopy(obj)
+                    new = clone(obj)
                     new["metadata"]["ownerReferences"] = [
                         r for r in refs if r.get("uid") != owner_uid
                     ]
                     self._commit(_resource(key), obj, new)
 
     def _emit(self, type_: EventType, res: Resource, obj: Obj, old: Obj | None) -> None:
-        event = Event(type_, res, copy.deepcopy(obj), copy.deepcopy(old), self._rv)
+        event = Event(type_, res, clone(obj), clone(old), self._rv)
         self._history.append(event)
         for tap in list(self._taps):
             try:
@@ -588,7 +618,7 @@ class Store:
         """Every stored object (copies), for dumps and debugging."""
         with self._lock:
             items = [
-                (_resource(key), copy.deepcopy(obj))
+                (_resource(key), clone(obj))
                 for key, objs in self._objects.items()
                 for obj in objs.values()
             ]

@@ -40,8 +40,11 @@ class DeploymentController:
         ctx.store.subscribe(self._on_rs, resource="replicasets")
 
     def _on_deployment(self, event: Event) -> None:
-        if event.type != "DELETED":
-            self.sync(event.namespace or "default", event.name)
+        if event.type == "DELETED":
+            return
+        if event.old is not None and event.old.get("spec") == event.object.get("spec"):
+            return  # a status or metadata change: nothing to reconcile
+        self.sync(event.namespace or "default", event.name)
 
     def _on_rs(self, event: Event) -> None:
         if (
@@ -59,7 +62,7 @@ class DeploymentController:
 
     def sync(self, namespace: str, name: str) -> None:
         store = self.ctx.store
-        dep = store.try_get("deployments", name, namespace=namespace)
+        dep = store.try_get("deployments", name, namespace=namespace, copy=False)
         if dep is None or dep["metadata"].get("deletionTimestamp"):
             return
         uid = dep["metadata"]["uid"]
@@ -67,7 +70,9 @@ class DeploymentController:
         phash = template_hash(template)
         want = int(dep["spec"].get("replicas", 1))
         owned = [
-            rs for rs in store.list("replicasets", namespace=namespace) if controller_uid(rs) == uid
+            rs
+            for rs in store.list("replicasets", namespace=namespace, copy=False)
+            if controller_uid(rs) == uid
         ]
         current = next(
             (rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == phash),
@@ -138,12 +143,14 @@ class DeploymentController:
         store = self.ctx.store
         namespace = dep["metadata"]["namespace"]
         sets = [
-            store.try_get("replicasets", rs["metadata"]["name"], namespace=namespace)
+            store.try_get("replicasets", rs["metadata"]["name"], namespace=namespace, copy=False)
             for rs in owned
         ]
         if all(rs is None or rs["metadata"]["uid"] != current["metadata"]["uid"] for rs in sets):
             sets.append(
-                store.try_get("replicasets", current["metadata"]["name"], namespace=namespace)
+                store.try_get(
+                    "replicasets", current["metadata"]["name"], namespace=namespace, copy=False
+                )
             )
         live = [rs for rs in sets if rs is not None]
         total = sum(int((rs.get("status") or {}).get("replicas", 0)) for rs in live)

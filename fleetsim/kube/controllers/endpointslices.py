@@ -86,14 +86,14 @@ class EndpointSliceController:
         label_sets = [event.object["metadata"].get("labels")]
         if event.old is not None:
             label_sets.append(event.old["metadata"].get("labels"))
-        for svc in self.ctx.store.list("services", namespace=namespace):
+        for svc in self.ctx.store.list("services", namespace=namespace, copy=False):
             selector = (svc.get("spec") or {}).get("selector")
             if selector and any(from_map(selector).matches(labels) for labels in label_sets):
                 self.sync(namespace, svc["metadata"]["name"])
 
     def sync(self, namespace: str, name: str) -> None:
         store = self.ctx.store
-        svc = store.try_get("services", name, namespace=namespace)
+        svc = store.try_get("services", name, namespace=namespace, copy=False)
         if svc is None:
             return
         spec = svc.get("spec") or {}
@@ -103,14 +103,14 @@ class EndpointSliceController:
         publish = bool(spec.get("publishNotReadyAddresses"))
         members = [
             p
-            for p in store.list("pods", namespace=namespace, label_selector=selector)
+            for p in store.list("pods", namespace=namespace, label_selector=selector, copy=False)
             if (p.get("status") or {}).get("podIP")
             and pods.node_name(p)
             and not pods.is_terminal(p)
         ]
         zones = {
             n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(ZONE_LABEL)
-            for n in store.list("nodes")
+            for n in store.list("nodes", copy=False)
         }
         members.sort(key=lambda p: p["metadata"]["name"])
         endpoints = [endpoint_for(p, publish, zones.get(pods.node_name(p))) for p in members]
@@ -127,7 +127,9 @@ class EndpointSliceController:
             "ports": ports,
         }
         try:
-            current = store.try_get("endpointslices", slice_name(svc), namespace=namespace)
+            current = store.try_get(
+                "endpointslices", slice_name(svc), namespace=namespace, copy=False
+            )
             if current is None:
                 store.create("endpointslices", wanted, namespace=namespace)
             elif current.get("endpoints") != endpoints or current.get("ports") != ports:

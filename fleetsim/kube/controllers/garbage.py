@@ -33,7 +33,7 @@ class GarbageCollector:
             # Events are many and never owned; scanning them would dominate each delete.
             if not res.namespaced or res.plural == "events":
                 continue
-            for obj in store.list(res, namespace=namespace):
+            for obj in store.list(res, namespace=namespace, copy=False):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if not any(r.get("uid") == uid for r in refs):
                     continue
@@ -49,6 +49,8 @@ class GarbageCollector:
     def _owner_alive(self, ref: dict[str, str], namespace: str | None) -> bool:
         for res in RESOURCES:
             if res.kind == ref.get("kind"):
-                owner = self.ctx.store.try_get(res, ref.get("name", ""), namespace=namespace)
+                owner = self.ctx.store.try_get(
+                    res, ref.get("name", ""), namespace=namespace, copy=False
+                )
                 return owner is not None and owner["metadata"]["uid"] == ref.get("uid")
         return False

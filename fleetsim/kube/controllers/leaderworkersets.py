@@ -82,7 +82,7 @@ class LeaderWorkerSetController:
 
     def sync(self, namespace: str, name: str) -> None:
         store = self.ctx.store
-        lws = store.try_get("leaderworkersets", name, namespace=namespace)
+        lws = store.try_get("leaderworkersets", name, namespace=namespace, copy=False)
         if lws is None or lws["metadata"].get("deletionTimestamp"):
             return
         spec = lws.get("spec") or {}
@@ -91,7 +91,9 @@ class LeaderWorkerSetController:
         replicas = int(spec.get("replicas", 1))
         recreate = lwt.get("restartPolicy", "RecreateGroupOnPodRestart") != "None"
         members: dict[int, dict[int, Obj]] = {}
-        for pod in store.list("pods", namespace=namespace, label_selector=f"{NAME_LABEL}={name}"):
+        for pod in store.list(
+            "pods", namespace=namespace, label_selector=f"{NAME_LABEL}={name}", copy=False
+        ):
             labels = pod["metadata"]["labels"]
             try:
                 group, rank = int(labels[GROUP_INDEX_LABEL]), int(labels[WORKER_INDEX_LABEL])
@@ -155,7 +157,7 @@ class LeaderWorkerSetController:
         }
         leader = existing.get(0)
         if leader is None:
-            if store.try_get("pods", leader_name, namespace=namespace) is not None:
+            if store.try_get("pods", leader_name, namespace=namespace, copy=False) is not None:
                 return  # the previous leader is still terminating; wait for it
             leader = store.create(
                 "pods",
@@ -174,7 +176,7 @@ class LeaderWorkerSetController:
             if rank in existing:
                 continue
             worker_name = f"{leader_name}-{rank}"
-            if store.try_get("pods", worker_name, namespace=namespace) is not None:
+            if store.try_get("pods", worker_name, namespace=namespace, copy=False) is not None:
                 continue
             pod = self._with_gate(
                 pod_from_template(
@@ -205,6 +207,7 @@ class LeaderWorkerSetController:
             "pods",
             namespace=namespace,
             label_selector=f"{NAME_LABEL}={name},{GROUP_INDEX_LABEL}={group}",
+            copy=False,
         )
         whole = len(current) == size and all(
             pods.condition_true(p, "ContainersReady") and not pods.is_terminating(p)

@@ -38,7 +38,7 @@ class NodeLifecycleController:
         store = self.ctx.store
         self._last_heartbeat[name] = self.ctx.timers.clock.now()
         now = store.timestamp()
-        node = store.get("nodes", name)
+        node = store.get("nodes", name, copy=False)
         if not pods.node_ready(node):
             store.mutate(
                 "nodes",
@@ -127,9 +127,9 @@ class NodeLifecycleController:
     def _refresh_pods(self, node: Obj) -> None:
         store = self.ctx.store
         name = node["metadata"]["name"]
-        current = store.try_get("nodes", name)
+        current = store.try_get("nodes", name, copy=False)
         now = store.timestamp()
-        for pod in store.list("pods", field_selector=f"spec.nodeName={name}"):
+        for pod in store.list("pods", field_selector=f"spec.nodeName={name}", copy=False):
             try:
                 store.mutate(
                     "pods",

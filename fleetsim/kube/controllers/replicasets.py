@@ -36,6 +36,14 @@ def _by_surplus(active: list[Obj]) -> list[Obj]:
     )
 
 
+def _same_but_status(old: Obj, new: Obj) -> bool:
+    return (
+        old.get("spec") == new.get("spec")
+        and old["metadata"].get("labels") == new["metadata"].get("labels")
+        and old["metadata"].get("deletionTimestamp") == new["metadata"].get("deletionTimestamp")
+    )
+
+
 class ReplicaSetController:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -43,8 +51,11 @@ class ReplicaSetController:
         ctx.store.subscribe(self._on_pod, resource="pods")
 
     def _on_rs(self, event: Event) -> None:
-        if event.type != "DELETED":
-            self.sync(event.namespace or "default", event.name)
+        if event.type == "DELETED":
+            return
+        if event.old is not None and _same_but_status(event.old, event.object):
+            return  # our own status write
+        self.sync(event.namespace or "default", event.name)
 
     def _on_pod(self, event: Event) -> None:
         namespace = event.namespace or "default"
@@ -60,7 +71,7 @@ class ReplicaSetController:
                 and pods.is_ready(old) == pods.is_ready(new)
             ):
                 return
-        for rs in self.ctx.store.list("replicasets", namespace=namespace):
+        for rs in self.ctx.store.list("replicasets", namespace=namespace, copy=False):
             uid = rs["metadata"]["uid"]
             selector = from_spec(rs["spec"].get("selector"))
             if any(
@@ -72,13 +83,13 @@ class ReplicaSetController:
 
     def sync(self, namespace: str, name: str) -> None:
         store = self.ctx.store
-        rs = store.try_get("replicasets", name, namespace=namespace)
+        rs = store.try_get("replicasets", name, namespace=namespace, copy=False)
         if rs is None or rs["metadata"].get("deletionTimestamp"):
             return
         uid = rs["metadata"]["uid"]
         selector = from_spec(rs["spec"].get("selector"))
         owned: list[Obj] = []
-        for pod in store.list("pods", namespace=namespace):
+        for pod in store.list("pods", namespace=namespace, copy=False):
             pmeta = pod["metadata"]
             matches = selector.matches(pmeta.get("labels"))
             owner = controller_uid(pod)
@@ -148,7 +159,7 @@ class ReplicaSetController:
     def _status(self, rs: Obj, active: list[Obj]) -> None:
         fresh = [
             self.ctx.store.try_get(
-                "pods", p["metadata"]["name"], namespace=p["metadata"]["namespace"]
+                "pods", p["metadata"]["name"], namespace=p["metadata"]["namespace"], copy=False
             )
             for p in active
         ]

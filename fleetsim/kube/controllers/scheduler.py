@@ -51,11 +51,11 @@ def free_gpus(node: Obj, bound: list[Obj]) -> int:
 def gpu_summary(store: Any) -> dict[str, dict[str, int]]:
     """Per node: allocatable, requested and free GPUs (the scheduler's own view)."""
     by_node: dict[str, list[Obj]] = collections.defaultdict(list)
-    for pod in store.list("pods"):
+    for pod in store.list("pods", copy=False):
         if pods.node_name(pod):
             by_node[pods.node_name(pod)].append(pod)
     out = {}
-    for node in store.list("nodes"):
+    for node in store.list("nodes", copy=False):
         name = node["metadata"]["name"]
         free = free_gpus(node, by_node[name])
         out[name] = {
@@ -124,7 +124,7 @@ class Scheduler:
         store = self.ctx.store
         pending = [
             p
-            for p in store.list("pods")
+            for p in store.list("pods", copy=False)
             if not pods.node_name(p)
             and not pods.is_terminating(p)
             and not pods.is_terminal(p)
@@ -132,9 +132,9 @@ class Scheduler:
         ]
         if not pending:
             return
-        nodes = store.list("nodes")
+        nodes = store.list("nodes", copy=False)
         bound: dict[str, list[Obj]] = collections.defaultdict(list)
-        for p in store.list("pods"):
+        for p in store.list("pods", copy=False):
             if pods.node_name(p):
                 bound[pods.node_name(p)].append(p)
         free = {n["metadata"]["name"]: free_gpus(n, bound[n["metadata"]["name"]]) for n in nodes}

@@ -32,7 +32,7 @@ class TerminationController:
         name, namespace = meta["name"], meta.get("namespace")
 
         def finish() -> None:
-            current = self.ctx.store.try_get("pods", name, namespace=namespace)
+            current = self.ctx.store.try_get("pods", name, namespace=namespace, copy=False)
             if current is not None and current["metadata"]["uid"] == uid:
                 self.ctx.store.remove("pods", name, namespace=namespace)
 
