@@ -1164,6 +1164,9 @@ class ReplicaLossWorkflow:
         s.timeline.append(entry)
         failed: list[str] = []
         for comp in list(saga.to_unwind(s)):
+            if saga.is_noop(comp):
+                comp.discharged = True
+                continue
             request, options = saga.call_of(comp)
             try:
                 result: Any = await workflow.execute_activity(

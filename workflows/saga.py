@@ -92,6 +92,15 @@ def to_unwind(state: IncidentState) -> Iterator[Compensation]:
             yield entry
 
 
+def is_noop(entry: Compensation) -> bool:
+    """An undo with nothing to undo (the forward act reported no prior value to restore)."""
+    if entry.activity == "set_router_weights":
+        return not entry.input.get("weights")
+    if entry.activity == "demote_warm":
+        return not entry.input.get("pods")
+    return False
+
+
 def call_of(entry: Compensation) -> tuple[BaseModel, ActivityConfig]:
     """The typed input and the options to run one compensation with."""
     model, options = COMPENSATORS[entry.activity]

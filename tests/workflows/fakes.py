@@ -93,7 +93,8 @@ REVISION = "r7"
 class Pod:
     node: str
     routed: bool = True
-    weight: int | None = None
+    # Serving replicas carry an explicit router weight; warm spares have none until promoted.
+    weight: int | None = 125
     warm: bool = False
     rate: float = 20.0
 
@@ -148,7 +149,7 @@ class Fleet:
         for i in range(warm):
             node = f"gpu-{pool}-warm-{i}"
             fleet.nodes[node] = Node()
-            fleet.pods[f"{pool}-warm-{i}"] = Pod(node=node, routed=False, warm=True)
+            fleet.pods[f"{pool}-warm-{i}"] = Pod(node=node, routed=False, weight=None, warm=True)
         return fleet
 
     def kill(self, pod: str) -> None:
