@@ -223,17 +223,54 @@ def reconcile(
     incident: Annotated[str | None, typer.Argument(help="Incident id; all if omitted.")] = None,
 ) -> None:
     """Compare the ledger with the cluster and gateway; report duplicates, orphans, drift."""
-    not_implemented("reconcile")
+    from worker import operator
+
+    s = settings_or_exit()
+    if s.database_url is None:
+        fail("FLEETMEND_DATABASE_URL is not set: reconciliation reads the ledger")
+    database_url = s.database_url
+
+    async def run() -> None:
+        ledger_incident = None
+        if incident is not None:
+            needs_temporal = "@" not in incident
+            client = await operator.connect(s) if needs_temporal else None
+            _, ledger_incident = await operator.resolve_incident(client, incident)
+        found = operator.reconcile_ledger(database_url, ledger_incident)
+        operator.print_renderable(
+            operator.render_findings(ledger_incident or "all incidents", found)
+        )
+
+    _run_operator(run())
 
 
 @app.command()
 def report(
     incident: Annotated[str, typer.Argument(help="Incident id.")],
     fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
-    out: Annotated[Path | None, typer.Option(help="Output file; default under reports/.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory; default reports/.")] = None,
 ) -> None:
     """Write the incident report: summary, timeline, effects, findings and plots."""
-    not_implemented("report")
+    from worker import operator
+
+    if fmt not in ("md", "html", "json"):
+        fail(f"--format must be md, html or json, not {fmt!r}")
+    s = settings_or_exit()
+    out_dir = out or Path("reports")
+
+    async def run() -> None:
+        from ledger.report import write_report
+
+        client = await operator.connect(s)
+        workflow_id, ledger_incident = await operator.resolve_incident(None, incident)
+        built = await operator.build_report(client, workflow_id, ledger_incident, s.database_url)
+        try:
+            path = write_report(built, out_dir, fmt)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise operator.OperatorError(f"cannot write the report: {exc}") from exc
+        typer.echo(str(path))
+
+    _run_operator(run())
 
 
 @app.command()

@@ -258,3 +258,151 @@ def render_open_incidents(rows: list[dict[str, Any]]) -> RenderableType:
 
 def print_renderable(renderable: RenderableType, *, console: Console | None = None) -> None:
     (console or Console()).print(renderable)
+
+
+# ---------------------------------------------------------------- after the incident
+
+
+async def resolve_incident(client: Client | None, value: str) -> tuple[str, str | None]:
+    """(workflow id, ledger incident id) for what the operator typed.
+
+    An incident id is `{workflow_id}@{stamp}` (workflows/opids.py): it names one run. A
+    workflow id or `namespace/pool` names the pool's latest run; its incident id is read
+    from the `status` query, so it needs Temporal (`client`).
+    """
+    if "@" in value:
+        return incident_id(value.split("@", 1)[0]), value
+    workflow_id = incident_id(value)
+    if client is None:
+        return workflow_id, None
+    status = await incident_status(client, workflow_id)
+    return workflow_id, status.get("incident_id") or None
+
+
+def reconcile_ledger(database_url: str, ledger_incident: str | None) -> list[dict[str, Any]]:
+    """One reconciliation pass over the ledger (ledger/reconcile.py); the new findings."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ledger.reconcile import reconcile
+
+    engine = create_engine(database_url, pool_pre_ping=True)
+    try:
+        report = reconcile(engine, incident_id=ledger_incident)
+    except SQLAlchemyError as exc:
+        raise OperatorError(f"ledger unreachable: {type(exc).__name__}") from exc
+    finally:
+        engine.dispose()
+    return [
+        {"kind": f.kind, "op_id": f.op_id, "related": f.related_op_id or "", "detail": f.detail}
+        for f in report.findings
+    ]
+
+
+def render_findings(scope: str, findings: list[dict[str, Any]]) -> RenderableType:
+    if not findings:
+        return Text(f"{scope}: no duplicates, orphans or drift", style="green")
+    table = Table(title=f"{scope}: {len(findings)} finding(s)", title_justify="left")
+    for column in ("kind", "operation", "related", "detail"):
+        table.add_column(column)
+    for f in findings:
+        table.add_row(f["kind"], f["op_id"], f["related"], _short(f["detail"]))
+    return table
+
+
+async def build_report(
+    client: Client, workflow_id: str, ledger_incident: str | None, database_url: str | None
+) -> Any:
+    """An IncidentReport (ledger/report.py) from the workflow's status and the ledger."""
+    from ledger.report import EffectRow, FindingRow, IncidentReport, Summary, TimelineRow
+
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise _rpc_problem(exc, workflow_id) from exc
+    status = await incident_status(client, workflow_id)
+    ledger_incident = ledger_incident or status.get("incident_id") or workflow_id
+    namespace, _, pool = workflow_id.removeprefix("replica-loss/").partition("/")
+
+    effects: list[EffectRow] = []
+    found: list[FindingRow] = []
+    notes: list[str] = []
+    if database_url is not None:
+        effects, found = _ledger_rows(database_url, ledger_incident)
+    else:
+        notes.append("FLEETMEND_DATABASE_URL unset: effects from the workflow, no findings")
+        effects = [
+            EffectRow(
+                op_id=e.get("op_id", ""),
+                kind=e.get("activity", ""),
+                target=e.get("target", ""),
+                state="dry-run" if e.get("dry_run") else "applied",
+            )
+            for e in status.get("effects") or []
+        ]
+    losses = status.get("losses") or []
+    return IncidentReport(
+        incident_id=ledger_incident,
+        namespace=namespace,
+        pool=pool,
+        opened_at=description.start_time,
+        closed_at=description.close_time,
+        summary=Summary(
+            severity=str(status.get("severity") or "unknown"),
+            status=str(
+                status.get("outcome")
+                or (description.status.name.lower() if description.status else "unknown")
+            ),
+            capacity_lost=f"{len(losses)} replica(s): {', '.join(map(str, losses))}"
+            if losses
+            else "",
+            notes=notes,
+        ),
+        timeline=[
+            TimelineRow(
+                step=str(t.get("step", "")),
+                started_at=t.get("started_at"),
+                ended_at=t.get("ended_at"),
+                outcome=str(t.get("outcome", "")),
+                evidence=t.get("evidence") or {},
+            )
+            for t in status.get("timeline") or []
+            if isinstance(t, dict)
+        ],
+        effects=effects,
+        findings=found,
+    )
+
+
+def _ledger_rows(database_url: str, ledger_incident: str) -> tuple[list[Any], list[Any]]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ledger.reconcile import findings
+    from ledger.report import EffectRow, FindingRow
+    from ledger.store import Ledger
+
+    ledger = Ledger.connect(database_url, pool_size=1)
+    try:
+        operations = ledger.operations(ledger_incident)
+        stored = findings(ledger.engine, incident_id=ledger_incident)
+    except SQLAlchemyError as exc:
+        raise OperatorError(f"ledger unreachable: {type(exc).__name__}") from exc
+    finally:
+        ledger.close()
+    effects = [
+        EffectRow(
+            op_id=op.op_id,
+            kind=op.kind,
+            target=op.target,
+            state=op.state,
+            attempts=op.attempts,
+            compensates=op.compensates,
+        )
+        for op in operations
+    ]
+    found = [
+        FindingRow(kind=f.kind, op_id=f.op_id, detail=_short(f.detail, 200))  # type: ignore[arg-type]
+        for f in stored
+    ]
+    return effects, found

@@ -34,7 +34,12 @@ async def fleetmend(*args: str, env: dict[str, str]) -> Run:
         "-m",
         "worker.cli",
         *args,
-        env={**os.environ, "COLUMNS": "160", **env},
+        # Only the variables the test names: a developer's FLEETMEND_* must not leak in.
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("FLEETMEND_")},
+            "COLUMNS": "160",
+            **env,
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
