@@ -5,7 +5,10 @@ controllers, and from the fleet builder (the replica engineer's kubelet, faults,
 scenarios), which use it directly instead of going through HTTP.
 
 Objects are plain JSON dicts exactly as the API serves them. Every call returns a
-deep copy, so callers may mutate what they get back. The semantics are the API
+deep copy, so callers may mutate what they get back, except reads with `copy=False`
+(the controllers' hot path), which return the stored snapshot: stored objects are
+replaced on every change, never edited in place, so such a snapshot stays valid but
+must never be modified. Event objects are shared by all subscribers: read-only too. The semantics are the API
 server's: uid/creationTimestamp/resourceVersion/generation are stamped here,
 `metadata.resourceVersion` in an update is a precondition (409 Conflict when stale),
 a no-op update does not bump resourceVersion, pods wait out their grace period

@@ -3,7 +3,8 @@
 Called from the store's event stream on every DELETED event. Deleting a Deployment
 removes its ReplicaSets and their pods, deleting a Service removes its
 EndpointSlices, and deleting a LeaderWorkerSet leader pod removes its workers, all
-through `metadata.ownerReferences`, as the real garbage collector does. Pods go
+through `metadata.ownerReferences`, as the real garbage collector does; deleting a
+namespace removes everything in it. Pods go
 through the normal graceful delete. `propagationPolicy=Orphan` is handled by the
 store, which strips the owner reference before the owner goes.
 """
@@ -26,6 +27,9 @@ class GarbageCollector:
     def _on_event(self, event: Event) -> None:
         if event.type != "DELETED":
             return
+        if event.resource.kind == "Namespace":
+            self._empty_namespace(event.name)
+            return
         uid = event.object["metadata"]["uid"]
         namespace = event.namespace
         store = self.ctx.store
@@ -45,6 +49,16 @@ class GarbageCollector:
                     store.delete(
                         res, obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
                     )
+
+    def _empty_namespace(self, namespace: str) -> None:
+        """A deleted namespace takes everything in it along (pods without waiting)."""
+        store = self.ctx.store
+        for res in RESOURCES:
+            if not res.namespaced:
+                continue
+            for obj in store.list(res, namespace=namespace, copy=False):
+                with contextlib.suppress(NotFound):
+                    store.remove(res, obj["metadata"]["name"], namespace=namespace)
 
     def _owner_alive(self, ref: dict[str, str], namespace: str | None) -> bool:
         for res in RESOURCES:

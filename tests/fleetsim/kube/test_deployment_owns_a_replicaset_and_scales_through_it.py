@@ -80,3 +80,11 @@ def test_changing_the_selector_is_refused(cluster: Cluster) -> None:
         assert "field is immutable" in exc.message
     else:
         raise AssertionError("selector change was accepted")
+
+
+def test_deleting_the_namespace_removes_everything_in_it(cluster: Cluster) -> None:
+    cluster.store.create("deployments", deployment(replicas=2), namespace=NS)
+    cluster.store.delete("namespaces", NS)
+    for kind in ("deployments", "replicasets", "pods", "events"):
+        assert cluster.store.list(kind, namespace=NS) == [], kind
+    assert len(cluster.store.list("nodes")) == 3
