@@ -914,9 +914,8 @@ class ClusterActivities:
         for key in lost_keys:
             members = [p for p in serving if self._replica_key(p) == key]
             node_names = {p.spec.node_name for p in members if p.spec and p.spec.node_name}
-            node_names |= {
-                loss.node for loss in input.losses if loss.node and loss.pod in (key, None)
-            }
+            # A pod already gone still names its node in the alert.
+            node_names |= {loss.node for loss in input.losses if loss.node and loss.pod == key}
             for n in node_names:
                 node = nodes.get(n)
                 labels = _labels(node)
@@ -1174,11 +1173,8 @@ class ClusterActivities:
                 if current is None:
                     already.append(name)
                     continue
-                labels, notes = _labels(current), _annotations(current)
-                if s.router_label not in labels:
-                    already.append(name)
-                    continue
-                if notes.get(s.op_annotation) == op_id and s.router_label not in labels:
+                stamped = _annotations(current).get(s.op_annotation) == op_id
+                if stamped or s.router_label not in _labels(current):
                     already.append(name)
                     continue
                 body = {

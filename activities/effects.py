@@ -43,6 +43,8 @@ class EffectResult(BaseModel):
     attempts: int = 0
     recovered: bool = False  # an earlier attempt's effect was found and recorded, not re-applied
     dry_run: bool = False
+    applied_result: dict[str, Any] = Field(default_factory=dict)  # what apply returned
+    evidence: dict[str, Any] | None = None  # what confirm observed, once confirmed
 
 
 def _heartbeat(op_id: str) -> None:
@@ -126,6 +128,8 @@ def to_result(outcome: RunOutcome) -> EffectResult:
         attempts=record.attempts,
         recovered=outcome.recovered,
         dry_run=record.dry_run,
+        applied_result=dict(record.result or {}),
+        evidence=None if record.evidence is None else dict(record.evidence),
     )
 
 

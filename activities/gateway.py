@@ -21,10 +21,11 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from pydantic import BaseModel, Field
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
 from activities.config import ActivitySettings
-from activities.errors import PermanentError, RefusedError, TemporaryError, k8s_call
+from activities.errors import RefusedError, TemporaryError, k8s_call
 from activities.metrics import scrape
 
 TIER_NONE = 0
@@ -156,6 +157,9 @@ class RetryContractResult(BaseModel):
     per_replica: dict[str, InflightCounts]
     total_retried: int
     total_terminated: int
+    # False when the gateway's counters could not be read (totals are then not known).
+    counts_available: bool = True
+    counts_error: str | None = None
     applied_now: bool
 
 
@@ -394,10 +398,11 @@ class AnnotationGateway:
         self, namespace: str, pool: str, pods: list[str]
     ) -> dict[str, InflightCounts]:
         if self.http is None or not self.router_metrics_url:
-            raise PermanentError(
-                f"read in-flight outcomes for {namespace}/{pool}: no router metrics address configured"
-            )
-        snap = scrape(self.http, self.router_metrics_url, timeout=self.s.http_timeout_s)
+            raise GatewayUnavailable("no router metrics address configured")
+        try:
+            snap = scrape(self.http, self.router_metrics_url, timeout=self.s.http_timeout_s)
+        except ApplicationError as exc:
+            raise GatewayUnavailable(f"router metrics {self.router_metrics_url}: {exc}") from exc
         out = {pod: InflightCounts() for pod in pods}
         for metric, attr in (
             (self.s.router_retried_metric, "retried"),
@@ -625,7 +630,19 @@ class GatewayActivities:
             apply=apply,
             confirm=confirm,
         )
-        counts = self.gateway.read_inflight(input.namespace, input.pool, input.lost_pods)
+        try:
+            counts = self.gateway.read_inflight(input.namespace, input.pool, input.lost_pods)
+        except GatewayUnavailable as exc:
+            # The contract is in force either way; the counts are reported as unknown.
+            return RetryContractResult(
+                policy=RETRY_BEFORE_FIRST_BYTE,
+                per_replica={},
+                total_retried=0,
+                total_terminated=0,
+                counts_available=False,
+                counts_error=str(exc),
+                applied_now=outcome.applied_now,
+            )
         return RetryContractResult(
             policy=RETRY_BEFORE_FIRST_BYTE,
             per_replica=counts,

@@ -198,3 +198,20 @@ def test_router_weights_are_set_per_pod_and_the_previous_ones_returned(
     seen = {e.pod: e.weight for e in table.endpoints}
     assert seen[names[0]] == 10 and seen[names[1]] == 300
     assert seen[names[2]] == 100  # untouched pods keep the default
+
+
+def test_the_retry_contract_holds_even_when_the_routers_counters_cannot_be_read(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=0))
+
+    result = ActivityEnvironment().run(
+        GatewayActivities(AnnotationGateway(handle.api), runner).apply_retry_contract,
+        RetryContractInput(
+            op_id="i/inflight", incident_id="i", namespace=NS, pool=POOL, lost_pods=["x"]
+        ),
+    )
+
+    assert result.policy == "retry-before-first-byte" and result.applied_now
+    assert result.counts_available is False and "router metrics" in (result.counts_error or "")
+    assert result.per_replica == {}
