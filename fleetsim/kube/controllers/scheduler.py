@@ -158,6 +158,8 @@ class Scheduler:
         want = pods.gpu_request(pod)
         reasons: collections.Counter[str] = collections.Counter()
         fits: list[Obj] = []
+        # One reason per node, from the first filter that rejects it, in kube-scheduler's
+        # plugin order: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit.
         for node in nodes:
             labels = node["metadata"].get("labels") or {}
             blocking = [
@@ -167,13 +169,13 @@ class Scheduler:
             ]
             if (node.get("spec") or {}).get("unschedulable"):
                 reasons["node(s) were unschedulable"] += 1
-            elif any(labels.get(k) != v for k, v in selector.items()):
-                reasons["node(s) didn't match Pod's node affinity/selector"] += 1
             elif blocking:
                 t = blocking[0]
                 reasons[
                     f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value', '')}}}"
                 ] += 1
+            elif any(labels.get(k) != v for k, v in selector.items()):
+                reasons["node(s) didn't match Pod's node affinity/selector"] += 1
             elif free[node["metadata"]["name"]] < want:
                 reasons[f"Insufficient {pods.GPU}"] += 1
             else:

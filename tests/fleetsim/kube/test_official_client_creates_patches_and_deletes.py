@@ -284,3 +284,19 @@ def test_leaderworkerset_scale_subresource_adds_and_removes_groups(
         if p["metadata"].get("deletionTimestamp")
     ]
     assert sorted(doomed) == ["big-1", "big-1-1"]
+
+
+def test_eviction_deletes_the_pod_gracefully(api: client.ApiClient, cluster: Cluster) -> None:
+    core = client.CoreV1Api(api)
+    make_pod(core, "evictee")
+    core.create_namespaced_pod_eviction(
+        "evictee",
+        NS,
+        {
+            "metadata": {"name": "evictee", "namespace": NS},
+            "deleteOptions": {"gracePeriodSeconds": 5},
+        },
+    )
+    pod = core.read_namespaced_pod("evictee", NS)
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.deletion_grace_period_seconds == 5
