@@ -104,3 +104,53 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
         "groupVersion": resources[0].api_version,
         "resources": listed,
     }
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    """`/openapi/v3`: where each group-version's document lives.
+
+    kubectl reads it to learn that the server validates fields itself
+    (`fieldValidation` on PATCH), which lets `kubectl apply` and `create -f` run with
+    their default validation instead of demanding a full client-side schema.
+    """
+    paths = {}
+    for group, resources in groups().items():
+        gv = _gv_path(group, resources[0].version)
+        paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash=fleetsim"}
+    return {"paths": paths}
+
+
+def openapi_v3_group_version(group: str, version: str) -> dict[str, Any] | None:
+    """The group-version's OpenAPI document, reduced to what kubectl consults: the
+    per-object PATCH operations, their GVK extension and the fieldValidation parameter."""
+    resources = [r for r in groups().get(group, []) if r.version == version]
+    if not resources:
+        return None
+    prefix = "/" + _gv_path(group, version)
+    paths: dict[str, Any] = {}
+    params = [
+        {"name": name, "in": "query", "schema": {"type": "string"}, "uniqueItems": True}
+        for name in ("dryRun", "fieldManager", "fieldValidation", "force")
+    ]
+    for r in resources:
+        scope = f"{prefix}/namespaces/{{namespace}}" if r.namespaced else prefix
+        gvk = {"group": group, "version": version, "kind": r.kind}
+        paths[f"{scope}/{r.plural}/{{name}}"] = {
+            "patch": {
+                "operationId": f"patch{r.kind}",
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "fleetsim", "version": "v1.32.0-fleetsim"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }

@@ -140,6 +140,8 @@ class Api:
             Route("/healthz", self._guard(self.ok)),
             Route("/readyz", self._guard(self.ok)),
             Route("/livez", self._guard(self.ok)),
+            Route("/openapi/v3", self._guard(self.openapi_root)),
+            Route("/openapi/v3/{gv:path}", self._guard(self.openapi_group_version)),
             Route("/api", self._guard(self.api_versions)),
             Route("/apis", self._guard(self.api_groups)),
             Route("/api/{rest:path}", self._guard(self.core), methods=methods),
@@ -178,6 +180,21 @@ class Api:
 
     async def version(self, request: Request) -> Response:
         return _json(discovery.version())
+
+    async def openapi_root(self, request: Request) -> Response:
+        return _json(discovery.openapi_v3_root())
+
+    async def openapi_group_version(self, request: Request) -> Response:
+        parts = request.path_params["gv"].strip("/").split("/")
+        if parts[:1] == ["api"] and len(parts) == 2:
+            doc = discovery.openapi_v3_group_version("", parts[1])
+        elif parts[:1] == ["apis"] and len(parts) == 3:
+            doc = discovery.openapi_v3_group_version(parts[1], parts[2])
+        else:
+            doc = None
+        if doc is None:
+            raise NotFound(_NOT_FOUND)
+        return _json(doc)
 
     async def api_versions(self, request: Request) -> Response:
         return _json(discovery.api_versions(f"{request.url.hostname}:{request.url.port}"))

@@ -162,3 +162,25 @@ def test_deployment_ready_replicas_jsonpath(kubectl: Callable[..., str], cluster
         "-n", NS, "get", "deploy/llm", "-o", "jsonpath={.status.readyReplicas}/{.status.replicas}"
     )
     assert out == "1/2"
+
+
+def test_apply_creates_then_updates_with_default_validation(
+    kubectl: Callable[..., str], cluster: Cluster, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "web.yaml"
+    body = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: serving}
+spec:
+  replicas: REPLICAS
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: nginx}]}
+"""
+    manifest.write_text(body.replace("REPLICAS", "1"))
+    assert "deployment.apps/web created" in kubectl("apply", "-f", str(manifest))
+    manifest.write_text(body.replace("REPLICAS", "2"))
+    assert "deployment.apps/web configured" in kubectl("apply", "-f", str(manifest))
+    assert cluster.store.get("deployments", "web", namespace=NS)["spec"]["replicas"] == 2
+    assert len(pod_names(cluster, "app=web")) == 2
