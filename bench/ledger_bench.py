@@ -45,7 +45,7 @@ from worker.postgres import libpq_uri, psycopg_url, start_embedded
 PGBENCH_TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
 
 
-def _admin(admin_url: str, statement: sql.Composable) -> None:
+def _admin(admin_url: str, statement: sql.Composed) -> None:
     import psycopg
 
     with psycopg.connect(libpq_uri(admin_url), autocommit=True) as conn:
