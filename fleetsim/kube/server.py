@@ -84,6 +84,15 @@ def _success(res: Resource, name: str, uid: str) -> dict[str, Any]:
     }
 
 
+def _dry_run(request: Request) -> bool:
+    value = request.query_params.get("dryRun")
+    if value is None or value == "":
+        return False
+    if value != "All":
+        raise BadRequest(f"Unsupported dry run option: {value!r} (only All)")
+    return True
+
+
 def _scope(t: Target) -> Scope:
     if t.sub == "status":
         return "status"
@@ -355,7 +364,7 @@ class Api:
             body.pop("status", None)
         meta = body.get("metadata") or {}
         meta.pop("resourceVersion", None)
-        created = self.store.create(t.res, body, namespace=t.namespace)
+        created = self.store.create(t.res, body, namespace=t.namespace, dry_run=_dry_run(request))
         return _json(created, 201)
 
     async def replace(self, request: Request, t: Target) -> Response:
@@ -364,7 +373,7 @@ class Api:
         if not isinstance(body, dict):
             raise BadRequest("the body of the request is not an object")
         if t.sub == "scale":
-            return _json(self._set_scale(t, body))
+            return _json(self._set_scale(t, body, dry_run=_dry_run(request)))
         meta = body.setdefault("metadata", {})
         if meta.get("name") and meta["name"] != t.name:
             raise BadRequest(
@@ -372,7 +381,9 @@ class Api:
             )
         meta["name"] = t.name
         scope = _scope(t)
-        updated = self.store.replace(t.res, body, namespace=t.namespace, scope=scope)
+        updated = self.store.replace(
+            t.res, body, namespace=t.namespace, scope=scope, dry_run=_dry_run(request)
+        )
         return _json(updated)
 
     async def patch(self, request: Request, t: Target) -> Response:
@@ -384,14 +395,20 @@ class Api:
         if t.sub == "scale":
             current = _scale(self.store.get(t.res, t.name, namespace=t.namespace), t.res)
             patched = patching.apply_patch(current, body, content_type, custom=False)
-            return _json(self._set_scale(t, patched))
+            return _json(self._set_scale(t, patched, dry_run=_dry_run(request)))
         scope = _scope(t)
         updated = self.store.patch(
-            t.res, t.name, body, namespace=t.namespace, patch_type=content_type, scope=scope
+            t.res,
+            t.name,
+            body,
+            namespace=t.namespace,
+            patch_type=content_type,
+            scope=scope,
+            dry_run=_dry_run(request),
         )
         return _json(updated)
 
-    def _set_scale(self, t: Target, scale: Any) -> Obj:
+    def _set_scale(self, t: Target, scale: Any, *, dry_run: bool = False) -> Obj:
         assert t.name is not None
         replicas = ((scale or {}).get("spec") or {}).get("replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int):
@@ -411,7 +428,7 @@ class Api:
         }
         try:
             updated = self.store.patch(
-                t.res, t.name, body, namespace=t.namespace, patch_type="merge"
+                t.res, t.name, body, namespace=t.namespace, patch_type="merge", dry_run=dry_run
             )
         except Conflict:
             raise conflict(t.res.plural, t.name, t.res.group) from None
@@ -440,6 +457,7 @@ class Api:
             grace_period_seconds=int(grace) if grace is not None else None,
             preconditions=opts.get("preconditions"),
             propagation_policy=opts.get("propagationPolicy"),
+            dry_run=_dry_run(request) or opts.get("dryRun") == ["All"],
         )
         pending = bool(result["metadata"].get("deletionTimestamp")) and (
             self.store.try_get(t.res, t.name, namespace=t.namespace) is not None

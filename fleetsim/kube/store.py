@@ -231,8 +231,16 @@ class Store:
             return items, str(self._rv)
 
     # ----------------------------------------------------------------- writes
-    def create(self, resource: str | Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
-        """Store a new object; `metadata.generateName` is honoured. 409 if it exists."""
+    def create(
+        self,
+        resource: str | Resource,
+        obj: Obj,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Store a new object; `metadata.generateName` is honoured. 409 if it exists.
+        `dry_run`: validate and return what would be stored, storing nothing."""
         res = _resource(resource)
         new = clone(obj)
         meta = new.setdefault("metadata", {})
@@ -267,6 +275,8 @@ class Store:
             meta.pop("deletionTimestamp", None)
             if "spec" in new:
                 meta["generation"] = 1
+            if dry_run:
+                return clone(new)
             self._rv += 1
             meta["resourceVersion"] = str(self._rv)
             self._objects[res.key][key] = new
@@ -282,6 +292,7 @@ class Store:
         *,
         namespace: str | None = None,
         scope: Scope = "all",
+        dry_run: bool = False,
     ) -> Obj:
         """PUT: `obj` replaces the stored object. A resourceVersion in it must be current."""
         res = _resource(resource)
@@ -289,7 +300,7 @@ class Store:
         if not name:
             raise BadRequest("name is required for an update")
         ns = _ns(res, namespace or (obj.get("metadata") or {}).get("namespace"))
-        return self._update(res, name, ns, lambda _old: clone(obj), scope, True)
+        return self._update(res, name, ns, lambda _old: clone(obj), scope, True, dry_run)
 
     def patch(
         self,
@@ -300,6 +311,7 @@ class Store:
         namespace: str | None = None,
         patch_type: str = patching.MERGE,
         scope: Scope = "all",
+        dry_run: bool = False,
     ) -> Obj:
         """PATCH with a decoded body. `patch_type`: a content type from `patch` or
         "merge" / "strategic" / "json". A resourceVersion in the patch is a precondition."""
@@ -314,7 +326,7 @@ class Store:
             return new
 
         precondition = content_type != patching.JSON
-        return self._update(res, name, _ns(res, namespace), apply, scope, precondition)
+        return self._update(res, name, _ns(res, namespace), apply, scope, precondition, dry_run)
 
     def mutate(
         self,
@@ -344,6 +356,7 @@ class Store:
         grace_period_seconds: int | None = None,
         preconditions: dict[str, str] | None = None,
         propagation_policy: str | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Delete like the API server. A bound pod with a grace period > 0, or any object
         with finalizers, only gets `deletionTimestamp` and stays until `remove` (the
@@ -366,6 +379,8 @@ class Store:
                         group=res.group,
                     )
             grace = self._grace(res, old, grace_period_seconds)
+            if dry_run:
+                return clone(old)
             if propagation_policy == "Orphan":
                 self._orphan_dependents_locked(meta["uid"])
             if grace > 0 or meta.get("finalizers"):
@@ -460,6 +475,7 @@ class Store:
         change: Callable[[Obj], Obj],
         scope: Scope,
         check_version: bool,
+        dry_run: bool = False,
     ) -> Obj:
         with self._lock:
             key = _key(namespace, name)
@@ -513,6 +529,8 @@ class Store:
             validation.validate(res, new, old)
             if new.get("spec") != old.get("spec"):
                 meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
+            if dry_run:
+                return clone(new)
             # The last finalizer went: the deletion that waited on it completes now
             # (a pod still inside its grace period waits for the termination controller).
             finalize = (

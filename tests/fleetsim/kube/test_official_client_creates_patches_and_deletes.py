@@ -300,3 +300,23 @@ def test_eviction_deletes_the_pod_gracefully(api: client.ApiClient, cluster: Clu
     pod = core.read_namespaced_pod("evictee", NS)
     assert pod.metadata.deletion_timestamp is not None
     assert pod.metadata.deletion_grace_period_seconds == 5
+
+
+def test_server_side_dry_run_validates_but_changes_nothing(
+    api: client.ApiClient, cluster: Cluster
+) -> None:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    apps.create_namespaced_deployment(NS, deployment(replicas=1))
+    version = cluster.store.resource_version
+    would = core.create_namespaced_pod(
+        NS, {"metadata": {"name": "ghost"}, "spec": llm_template(1)["spec"]}, dry_run="All"
+    )
+    assert would.metadata.uid and would.spec.scheduler_name == "default-scheduler"
+    apps.patch_namespaced_deployment_scale("llm", NS, {"spec": {"replicas": 5}}, dry_run="All")
+    (pod,) = pod_names(cluster)
+    core.delete_namespaced_pod(pod, NS, dry_run="All")
+    with pytest.raises(ApiException) as err:
+        apps.patch_namespaced_deployment("llm", NS, {"spec": {"replicas": -1}}, dry_run="All")
+    assert err.value.status == 422
+    assert cluster.store.resource_version == version
+    assert pod_names(cluster) == [pod]
