@@ -100,10 +100,10 @@ def _scope(t: Target) -> Scope:
 
 
 def _wants_table(request: Request) -> bool:
+    # kubectl lists Table first and plain JSON as the fallback; any client that
+    # accepts a Table at all gets one, as the real server prefers the first match.
     accept = request.headers.get("accept", "")
-    return "as=Table" in accept.split(",")[0] or (
-        "as=Table" in accept and "g=meta.k8s.io" in accept
-    )
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
 def _scale(obj: Obj, res: Resource) -> Obj:
@@ -547,6 +547,7 @@ class Api:
 
         async def stream() -> AsyncIterator[bytes]:
             event: Event | None
+            # timeoutSeconds is the client's network timeout: wall time, not fleet time.
             deadline = time.monotonic() + timeout if timeout else None
             try:
                 for past in backlog:
@@ -634,6 +635,7 @@ class KubeServer:
 
         self._thread = threading.Thread(target=run, name="fleetsim-kube-api", daemon=True)
         self._thread.start()
+        # Waiting for a socket to listen is wall time, whatever the fleet clock says.
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
