@@ -128,3 +128,45 @@ async def test_sigterm_drains_the_worker_process_and_it_exits_cleanly(
     # The activity finished during the drain; no other worker was needed.
     history = await handle.fetch_history()
     assert any(e.HasField("activity_task_completed_event_attributes") for e in history.events)
+
+
+async def test_the_worker_registers_the_real_incident_and_reconcile_workflows(
+    local_env: WorkflowEnvironment,
+) -> None:
+    from worker.main import load_workflows
+
+    workflows = load_workflows()
+    # Building the worker runs the sandbox validation of every workflow class.
+    worker = build_worker(
+        local_env.client, load_settings(task_queue="tq-real"), workflows=workflows
+    )
+    names = {
+        getattr(w, "__temporal_workflow_definition").name for w in worker.config()["workflows"]
+    }
+    assert names == {"ReplicaLossWorkflow", "ReconcileWorkflow"}
+
+
+def test_the_worker_binds_every_activity_to_a_cluster_a_ledger_and_http(
+    tmp_path: Path, database_url: str
+) -> None:
+    from worker.main import load_activities
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+    )
+    settings = load_settings(database_url=database_url, kubeconfig=kubeconfig)
+    activities, close = load_activities(settings)
+    try:
+        names = {getattr(a, "__temporal_activity_definition").name for a in activities}
+    finally:
+        close()
+    assert {"assess_loss", "deroute_replica", "ramp_traffic", "triage_node"} <= names
+    assert len(names) == len(activities)  # no activity registered twice
