@@ -100,6 +100,9 @@ class Counters:
     no_endpoint: int = 0
     in_flight: int = 0
     served_by_pod: Counter[str] = field(default_factory=Counter)
+    # Attempts sent to each pod, counted when routed (not when served), so a drill can tell
+    # whether anything went to an endpoint after it left the ready set.
+    routed_by_pod: Counter[str] = field(default_factory=Counter)
     late_by_pod: Counter[str] = field(default_factory=Counter)
     max_wait_by_pod: dict[str, float] = field(default_factory=dict)
     failed_by_reason: Counter[str] = field(default_factory=Counter)
@@ -119,6 +122,7 @@ class Counters:
             "no_endpoint": self.no_endpoint,
             "in_flight": self.in_flight,
             "served_by_pod": dict(self.served_by_pod),
+            "routed_by_pod": dict(self.routed_by_pod),
             "late_by_pod": dict(self.late_by_pod),
             "max_wait_by_pod": dict(self.max_wait_by_pod),
             "failed_by_reason": dict(self.failed_by_reason),
@@ -279,6 +283,7 @@ class Router:
                 c.failed += 1
                 return "failed"
             tried.add(endpoint.pod)
+            c.routed_by_pod[endpoint.pod] += 1
             attempt += 1
             if attempt > 1 and not replaying:
                 c.retries += 1

@@ -129,8 +129,11 @@ async def test_only_ready_serving_endpoints_get_traffic_in_proportion_to_weight(
     # Removing the router-only label deroutes the pod even while its slice says ready.
     bed.store.patch("pods", "llm-b", {"metadata": {"labels": {"serving": None}}}, namespace=NS)
     before = by_pod["llm-b"]
+    routed_before = bed.router.counters.routed_by_pod["llm-b"]
     await send(bed, 20)
     assert by_pod["llm-b"] == before and by_pod["llm-a"] >= 20
+    assert bed.router.counters.routed_by_pod["llm-b"] == routed_before
+    assert bed.router.counters.routed_by_pod["llm-a"] >= 20
 
 
 async def test_zero_weight_takes_a_pod_out_and_no_endpoint_fails(bed: Bed) -> None:
