@@ -170,3 +170,37 @@ current-context: x
         close()
     assert {"assess_loss", "deroute_replica", "ramp_traffic", "triage_node"} <= names
     assert len(names) == len(activities)  # no activity registered twice
+
+
+async def test_the_worker_exports_the_sdk_metrics_for_prometheus(
+    local_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    metrics_port = free_port()
+    settings = load_settings(
+        task_queue=task_queue,
+        temporal_address=local_env.client.service_client.config.target_host,
+    )
+    stop = asyncio.Event()
+    runner = asyncio.create_task(
+        run_worker(
+            settings,
+            stop_event=stop,
+            options=WorkerOptions(
+                health_port=None, metrics_address=f"127.0.0.1:{metrics_port}", graceful_shutdown_s=1
+            ),
+            workflows=[SampleSlowWorkflow],
+            activities=[sample_slow_step],
+            install_signal_handlers=False,
+        )
+    )
+    try:
+        await local_env.client.execute_workflow(
+            SampleSlowWorkflow.run, 0.1, id=f"slow-{uuid.uuid4()}", task_queue=task_queue
+        )
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, timeout=30)
+    assert "temporal_activity_execution_latency" in text
+    assert f'task_queue="{task_queue}"' in text
