@@ -131,7 +131,7 @@ _CLAIM = (
         claim_expires_at=func.now() + bindparam("p_lease", type_=Interval()),
         updated_at=func.now(),
     )
-    .returning(operations)
+    .returning(_o.op_id, _o.claim_token, _o.attempts)
 )
 _RELEASE = (
     update(operations)
@@ -396,14 +396,14 @@ class Ledger:
     def propose(self, spec: OperationSpec | Mapping[str, Any]) -> OperationRecord:
         """Record the proposal (idempotent). Refuses a bad spec, writing nothing."""
         valid = validate_spec(OperationSpec, spec)
-        record, _ = self._propose(_effect_values(valid), claim=False)
-        return record
+        got = self._propose(_effect_values(valid), claim=False)
+        assert isinstance(got, OperationRecord)
+        return got
 
     def claim(self, op_id: str) -> Claim | None:
         """Claim a proposed operation for `lease` seconds; None if it is not claimable now."""
         with self.engine.begin() as conn:
-            row = self._claim(conn, op_id)
-        return None if row is None else _claim_of(row)
+            return self._claim(conn, op_id)
 
     def release(self, op_id: str, claim_token: str, *, error: str | None = None) -> None:
         """Give a claim back without applying (so the next attempt need not wait the lease)."""
@@ -480,34 +480,36 @@ class Ledger:
         values = _effect_values(valid)
         # A retry usually finds the operation settled: one read, no write transaction.
         known = self.get(valid.op_id)
+        got: OperationRecord | Claim
         if known is not None and (known.state != "proposed" or known.claim_live):
             _check_same(known, values)
-            record, claim = known, None
+            got = known
         else:
-            record, claim = self._propose(values, claim=not valid.dry_run)
-        waited = claim is None and record.state == "proposed" and not record.dry_run
-        if claim is None:
-            record, claim = self._wait_for_claim(record, wait, on_wait)
-        if claim is None:
+            got = self._propose(values, claim=not valid.dry_run)
+        waited = isinstance(got, OperationRecord) and got.state == "proposed" and not got.dry_run
+        if isinstance(got, OperationRecord):
+            got = self._wait_for_claim(got, wait, on_wait)
+        if isinstance(got, OperationRecord):
+            record = got
             if record.state == "applied" and confirm is not None:
                 record = self._confirm_with(record, confirm)
             return RunOutcome(record, applied_now=False, waited=waited)
-        return replace(self._apply_claimed(claim, apply, confirm), waited=waited)
+        return replace(self._apply_claimed(got, apply, confirm), waited=waited)
 
     def _wait_for_claim(
         self,
         record: OperationRecord,
         wait: float | None,
         on_wait: Callable[[], None] | None,
-    ) -> tuple[OperationRecord, Claim | None]:
-        """Until the operation is settled (returns no claim) or ours to apply (a claim)."""
+    ) -> OperationRecord | Claim:
+        """Until the operation is settled (its record) or ours to apply (a claim)."""
         deadline = time.monotonic() + (self.wait if wait is None else wait)
         delay = 0.005
         while True:
             if record.state == "failed":
                 raise OperationFailed(record.op_id, record.error)
             if record.state != "proposed" or record.dry_run:
-                return record, None
+                return record
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise OperationInProgress(record.op_id, retry_after=record.claim_remaining or 0)
@@ -520,9 +522,9 @@ class Ledger:
                 assert current is not None  # operations are never deleted
                 record = current
                 if record.state == "proposed" and not record.claim_live and not record.dry_run:
-                    row = self._claim(conn, record.op_id)
-                    if row is not None:
-                        return OperationRecord.from_row(row), _claim_of(row)
+                    claim = self._claim(conn, record.op_id)
+                    if claim is not None:
+                        return claim
 
     def _apply_claimed(self, claim: Claim, apply: Apply, confirm: Confirm | None) -> RunOutcome:
         op_id = claim.op_id
@@ -558,15 +560,12 @@ class Ledger:
         decision; `in_progress` -> 409 with Retry-After; a bad spec -> 422 naming the field.
         """
         valid = validate_spec(ActionSpec, spec)
-        record, claim = self._propose(_action_values(valid), claim=True)
-        if claim is not None:
+        got = self._propose(_action_values(valid), claim=True)
+        if isinstance(got, Claim):
             return ActionDecision(
-                op_id=claim.op_id,
-                decision="execute",
-                claim_token=claim.token,
-                attempt=claim.attempt,
+                op_id=got.op_id, decision="execute", claim_token=got.token, attempt=got.attempt
             )
-        return _decision(record)
+        return _decision(got)
 
     def complete_action(
         self, op_id: str, result: Mapping[str, Any] | None = None
@@ -594,11 +593,12 @@ class Ledger:
     ) -> RunOutcome:
         """In-process form of the action boundary: execute once, else return the earlier result."""
         valid = validate_spec(ActionSpec, spec)
-        record, claim = self._propose(_action_values(valid), claim=True)
-        if claim is None:
-            record, claim = self._wait_for_claim(record, wait, None)
-        if claim is None:
-            return RunOutcome(record, applied_now=False)
+        got = self._propose(_action_values(valid), claim=True)
+        if isinstance(got, OperationRecord):
+            got = self._wait_for_claim(got, wait, None)
+        if isinstance(got, OperationRecord):
+            return RunOutcome(got, applied_now=False)
+        claim = got
         try:
             result = execute(claim.op_id)
         except PermanentEffectError as exc:
@@ -611,9 +611,8 @@ class Ledger:
 
     # --------------------------------------------------------------- internals
 
-    def _propose(
-        self, values: dict[str, Any], *, claim: bool
-    ) -> tuple[OperationRecord, Claim | None]:
+    def _propose(self, values: dict[str, Any], *, claim: bool) -> OperationRecord | Claim:
+        """Record the proposal; with `claim`, claim it too. The claim, else the record."""
         op_id = values["op_id"]
         incident_id = values["incident_id"]
         with self.engine.begin() as conn:
@@ -632,20 +631,22 @@ class Ledger:
                 existing = self._select(conn, op_id)
                 assert existing is not None  # the conflict was on this very row
                 _check_same(existing, values)
-            row = self._claim(conn, op_id) if claim else None
-            record = OperationRecord.from_row(row) if row is not None else self._select(conn, op_id)
+            got: OperationRecord | Claim | None = self._claim(conn, op_id) if claim else None
+            if got is None:
+                got = self._select(conn, op_id)
         if incident_id is not None:
             self._known_incidents.add(incident_id)
-        assert record is not None
-        return record, None if row is None else _claim_of(row)
+        assert got is not None
+        return got
 
-    def _claim(self, conn: Connection, op_id: str) -> Row[Any] | None:
+    def _claim(self, conn: Connection, op_id: str) -> Claim | None:
         params = {
             "p_op_id": op_id,
             "p_token": uuid.uuid4().hex,
             "p_lease": timedelta(seconds=self.lease),
         }
-        return conn.execute(_CLAIM, params).first()
+        row = conn.execute(_CLAIM, params).first()
+        return None if row is None else Claim(op_id=row[0], token=row[1], attempt=row[2])
 
     @staticmethod
     def _select(conn: Connection, op_id: str) -> OperationRecord | None:
@@ -673,11 +674,6 @@ class Ledger:
     @staticmethod
     def _mark_compensated(conn: Connection, op_id: str) -> None:
         conn.execute(_MARK_COMPENSATED, {"p_op_id": op_id})
-
-
-def _claim_of(row: Row[Any]) -> Claim:
-    m = row._mapping
-    return Claim(op_id=m["op_id"], token=m["claim_token"], attempt=m["attempts"])
 
 
 def _effect_values(spec: OperationSpec) -> dict[str, Any]:
