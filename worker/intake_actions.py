@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -96,6 +96,27 @@ def _invalid(exc: ValidationError) -> Response:
     return _problem(422, "invalid request", field, err["msg"])
 
 
+def _nul_field(value: Any, path: str = "") -> str | None:
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if isinstance(value, str):
+        return path or "body" if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "\x00" in str(key):
+                return where
+            found = _nul_field(item, where)
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_field(item, f"{path}.{index}")
+            if found:
+                return found
+    return None
+
+
 async def _ledger_call(request: Request, call: Any, *args: Any, **kwargs: Any) -> Any:
     """Run one ledger call off the event loop; ledger errors become HTTP answers."""
     ledger: Ledger | None = request.app.state.actions
@@ -111,7 +132,12 @@ async def _ledger_call(request: Request, call: Any, *args: Any, **kwargs: Any) -
         return _problem(404, "unknown operation", exc.field, str(exc))
     except (InvalidTransition, OperationFailed) as exc:
         return _problem(409, "operation state", None, str(exc))
-    except (OperationalError, DBAPIError) as exc:
+    except DataError:
+        # PostgreSQL refuses some values JSON allows (a NUL character in text or jsonb):
+        # the request is at fault, and retrying it would fail the same way.
+        field = _nul_field(args[0]) if args else None
+        return _problem(422, "value the ledger cannot store", field, "NUL characters")
+    except DBAPIError as exc:
         log.warning("ledger unreachable: %s", type(exc).__name__)
         return _problem(503, "ledger unreachable", detail=type(exc).__name__)
 

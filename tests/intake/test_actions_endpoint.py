@@ -161,3 +161,14 @@ async def test_without_a_ledger_actions_answer_503_and_the_webhook_still_works()
     assert response.status_code == 503
     assert response.json()["error"] == "ledger not configured"
     assert health.status_code == 200
+
+
+async def test_a_value_postgres_cannot_store_is_422_naming_the_field(
+    http: httpx.AsyncClient,
+) -> None:
+    response = await http.post("/actions", json=proposal("req-10", target="customer/\x00"))
+    assert response.status_code == 422
+    assert response.json()["field"] == "target"
+    # Nothing was half-written: the same op id with a clean value still executes.
+    clean = await http.post("/actions", json=proposal("req-10"))
+    assert clean.json()["decision"] == "execute"

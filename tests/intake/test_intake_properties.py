@@ -365,3 +365,46 @@ async def test_with_temporal_down_the_only_5xx_is_503(closed_port: int) -> None:
         alerts = s.body.get("alerts") if isinstance(s.body, dict) else None
         if isinstance(alerts, list) and any(judged_valid(a) for a in alerts) and s.status == 200:
             pytest.fail(f"2xx without Temporal for {s.body}")
+
+
+async def test_generated_action_proposals_never_get_a_5xx_and_execute_at_most_once(
+    local_env: WorkflowEnvironment, database_url: str
+) -> None:
+    from worker.settings import load_settings
+
+    intake = await start_intake_process(
+        {
+            "FLEETMEND_TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
+            "FLEETMEND_DATABASE_URL": load_settings(database_url=database_url).database_url or "",
+        }
+    )
+    operation = schemathesis.openapi.from_dict(openapi_document())["/actions"]["POST"]
+    executed: dict[str, int] = {}
+    statuses: set[int] = set()
+
+    def run() -> None:
+        bodies = [
+            case.body
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+            for case in generate(operation.as_strategy(mode), 250)
+        ]
+        with httpx.Client(base_url=intake.url, timeout=30) as http:
+            headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+            for body in bodies:
+                content = body if isinstance(body, bytes) else json.dumps(body).encode()
+                for _ in range(2):  # every proposal twice: the retry must not execute again
+                    response = http.post("/actions", content=content, headers=headers)
+                    statuses.add(response.status_code)
+                    if response.status_code == 200 and response.json()["decision"] == "execute":
+                        op_id = response.json()["op_id"]
+                        executed[op_id] = executed.get(op_id, 0) + 1
+
+    try:
+        await asyncio.to_thread(run)
+        assert intake.proc.returncode is None
+    finally:
+        await stop_intake_process(intake)
+    assert all(code < 500 for code in statuses), statuses
+    assert 200 in statuses and 422 in statuses
+    assert executed, "some generated proposals should have been valid"
+    assert set(executed.values()) == {1}
