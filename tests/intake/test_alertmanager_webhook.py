@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 
@@ -336,3 +337,38 @@ async def test_the_token_never_appears_in_the_logs(
 def test_the_intake_refuses_to_start_without_credentials() -> None:
     with pytest.raises(ValueError, match="FLEETMEND_INTAKE_TOKEN"):
         create_app(load_settings(intake_token=None))
+
+
+async def test_two_intake_replicas_racing_on_one_notification_start_one_incident(
+    local_env: WorkflowEnvironment, task_queue: str, pool: str
+) -> None:
+    # An HA Alertmanager pair, each peer's POST landing on a different intake replica.
+    settings = load_settings(intake_token=TOKEN, task_queue=task_queue)
+    replicas = [create_app(settings, client=local_env.client) for _ in range(2)]
+    payload = notification(alert(namespace="llm", pool=pool, fingerprint="ha"))
+    clients = [
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i")
+        for app in replicas
+    ]
+    try:
+        responses = await asyncio.gather(
+            *(
+                c.post("/alertmanager", json=payload, headers={"Authorization": f"Bearer {TOKEN}"})
+                for c in clients
+                for _ in range(5)
+            )
+        )
+    finally:
+        for c in clients:
+            await c.aclose()
+    assert {r.status_code for r in responses} == {200}
+    outcomes = [r.json()["accepted"][0]["outcome"] for r in responses]
+    assert outcomes.count("started") == 1
+    assert outcomes.count("signalled") == 9
+    runs = [
+        wf
+        async for wf in local_env.client.list_workflows(
+            f"WorkflowId = '{incident_workflow_id('llm', pool)}'"
+        )
+    ]
+    assert len(runs) == 1
