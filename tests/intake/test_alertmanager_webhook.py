@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import shutil
+import time
 
 import httpx
 import pytest
@@ -372,3 +374,35 @@ async def test_two_intake_replicas_racing_on_one_notification_start_one_incident
         )
     ]
     assert len(runs) == 1
+
+
+async def test_when_temporal_dies_after_start_the_intake_answers_503_promptly(
+    pool: str,
+) -> None:
+    own = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=shutil.which("temporal"),
+        dev_server_extra_args=["--log-level", "error"],
+        data_converter=pydantic_data_converter,
+        ui=False,
+    )
+    address = own.client.service_client.config.target_host
+    settings = load_settings(intake_token=TOKEN, temporal_address=address, task_queue="tq-dies")
+    app = create_app(settings, options=IntakeOptions(temporal_timeout_s=1.0))
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as c:
+        before = await c.post(
+            "/alertmanager", json=notification(alert(namespace="llm", pool=pool)), headers=headers
+        )
+        await own.shutdown()
+        started = time.monotonic()
+        after = await c.post(
+            "/alertmanager",
+            json=notification(alert(namespace="llm", pool=f"{pool}-2")),
+            headers=headers,
+        )
+        took = time.monotonic() - started
+        ready = await c.get("/readyz")
+    assert before.status_code == 200
+    assert after.status_code == 503
+    assert took < 10, took
+    assert ready.status_code == 503
