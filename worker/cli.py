@@ -126,6 +126,11 @@ def worker() -> None:
         fail(f"bad setting: {_first_error(exc, 'FLEETMEND_WORKER_')}")
     except (RuntimeError, OSError) as exc:  # connect failures: one line, not a traceback
         fail(f"worker stopped: {type(exc).__name__}: {exc}")
+    # Drained and closed: leave without finalising the SDK's native runtime (see
+    # _run_operator), so a clean SIGTERM drain always exits 0.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @app.command()
