@@ -7,9 +7,11 @@ Run by hand or by the benchmark command, never by the unit tests. It measures, a
 one PostgreSQL server in one run:
 
 1. pgbench's built-in TPC-B-like script (scale 1) with 1 and 16 clients: the baseline
-   transactions/s of this server on this machine, right now;
+   transactions/s of this server on this machine, right now (interleaved with 2, in
+   rounds; medians reported);
 2. `Ledger.run_once` on fresh operation ids (propose+claim, apply, record applied,
-   confirm: three transactions each) with 1 and 16 worker processes, as operations/s and
+   confirm: one read and three write transactions each) with 1 and 16 worker processes,
+   as operations/s and
    as a ratio to pgbench's TPS at the same client count;
 3. one `reconcile()` pass over 1,000,000 operation rows seeded with known anomalies
    (duplicates, orphans, drift), in seconds, checking it found exactly those.
@@ -25,6 +27,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,18 +90,18 @@ def pgbench(pgbench_bin: Path, url: str, clients: int, seconds: float) -> float:
 # ----------------------------------------------------------------------------- run_once
 
 
-def _worker(url: str, index: int, seconds: float, ready: Any, go: Any, results: Any) -> None:
+def _worker(url: str, name: str, seconds: float, ready: Any, go: Any, results: Any) -> None:
     engine = create_engine(url, pool_size=2, max_overflow=2)
     ledger = Ledger(engine)
     # Compile the statements and open the connection before the clock starts.
-    ledger.run_once(_spec(f"warm-{index}", 0), lambda op_id: {"ok": True})
+    ledger.run_once(_spec(f"warm-{name}", 0), lambda op_id: {"ok": True})
     ready.release()
     go.wait()
     deadline = time.perf_counter() + seconds
     done = 0
     while time.perf_counter() < deadline:
         ledger.run_once(
-            _spec(f"w{index}", done),
+            _spec(name, done),
             lambda op_id: {"patched": op_id},
             lambda op_id: {"seen": op_id},
         )
@@ -117,11 +120,11 @@ def _spec(worker: str, n: int) -> dict[str, Any]:
     }
 
 
-def run_once_throughput(url: str, workers: int, seconds: float) -> float:
+def run_once_throughput(url: str, workers: int, seconds: float, *, tag: str = "") -> float:
     spawn = multiprocessing.get_context("spawn")
     ready, go, results = spawn.Semaphore(0), spawn.Event(), spawn.Queue()
     procs = [
-        spawn.Process(target=_worker, args=(url, i, seconds, ready, go, results))
+        spawn.Process(target=_worker, args=(url, f"{tag}w{i}", seconds, ready, go, results))
         for i in range(workers)
     ]
     for proc in procs:
@@ -220,7 +223,8 @@ def reconciliation_pass(url: str, rows: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", help="admin URL of an existing server")
-    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per count")
     parser.add_argument("--workers", default="1,16", help="client counts, comma-separated")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows for reconciliation")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -242,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         admin_url = server.admin_url
         pgbench_bin = server.bin_dir / "pgbench"
 
-    figures: dict[str, Any] = {"seconds_per_measurement": args.seconds, "cpus": os.cpu_count()}
+    figures: dict[str, Any] = {
+        "seconds_per_measurement": args.seconds,
+        "rounds": args.rounds,
+        "cpus": os.cpu_count(),
+    }
     try:
         with create_engine(admin_url).connect() as conn:
             figures["server"] = conn.execute(text("SHOW server_version")).scalar_one()
@@ -256,20 +264,26 @@ def main(argv: list[str] | None = None) -> int:
         upgrade(ledger_url)
         rows = []
         for clients in counts:
-            tps = pgbench(pgbench_bin, bench_url, clients, args.seconds)
-            ops = run_once_throughput(ledger_url, clients, args.seconds)
+            # Interleaved rounds: the host's load drifts (other work shares the CPUs), so
+            # each ratio compares two measurements taken back to back; report medians.
+            rounds = []
+            for n in range(args.rounds):
+                tps = pgbench(pgbench_bin, bench_url, clients, args.seconds)
+                ops = run_once_throughput(ledger_url, clients, args.seconds, tag=f"r{n}")
+                rounds.append((ops, tps, ops / tps))
+                print(
+                    f"workers={clients} round {n + 1}: run_once {ops:.1f} ops/s, "
+                    f"pgbench {tps:.1f} tps, ratio {ops / tps:.3f}",
+                    flush=True,
+                )
             rows.append(
                 {
                     "workers": clients,
-                    "run_once_ops_s": round(ops, 1),
-                    "pgbench_tps": round(tps, 1),
-                    "ratio": round(ops / tps, 3),
+                    "run_once_ops_s": round(statistics.median(r[0] for r in rounds), 1),
+                    "pgbench_tps": round(statistics.median(r[1] for r in rounds), 1),
+                    "ratio": round(statistics.median(r[2] for r in rounds), 3),
+                    "rounds": [[round(x, 3) for x in r] for r in rounds],
                 }
-            )
-            print(
-                f"workers={clients}: run_once {ops:.1f} ops/s, pgbench {tps:.1f} tps, "
-                f"ratio {ops / tps:.3f}",
-                flush=True,
             )
         figures["run_once"] = rows
         recon_url = _fresh_database(admin_url, "fleetmend_bench_reconcile")
@@ -294,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
 def _print(figures: dict[str, Any]) -> None:
     print(
         f"\nPostgreSQL {figures['server']}, {figures['cpus']} CPUs, "
-        f"{figures['seconds_per_measurement']:g} s per measurement\n"
+        f"{figures['seconds_per_measurement']:g} s per measurement, median of "
+        f"{figures['rounds']} interleaved rounds\n"
     )
     print("| workers | run_once ops/s | pgbench TPC-B-like tps | ratio |")
     print("|---:|---:|---:|---:|")
