@@ -11,8 +11,7 @@ one PostgreSQL server in one run:
    rounds; medians reported);
 2. `Ledger.run_once` on fresh operation ids (propose+claim, apply, record applied,
    confirm: one read and three write transactions each) with 1 and 16 worker processes,
-   as operations/s and
-   as a ratio to pgbench's TPS at the same client count;
+   as operations/s and as a ratio to pgbench's TPS at the same client count;
 3. one `reconcile()` pass over 1,000,000 operation rows seeded with known anomalies
    (duplicates, orphans, drift), in seconds, checking it found exactly those.
 
