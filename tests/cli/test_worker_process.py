@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -18,6 +19,22 @@ from worker.main import WorkerOptions, build_worker, run_worker
 from worker.settings import load_settings
 
 HERE = Path(__file__).parent
+
+
+def write_kubeconfig(directory: Path) -> Path:
+    """A kubeconfig for a cluster nobody dials in these tests (building clients is lazy)."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+    )
+    return path
 
 
 def free_port() -> int:
@@ -151,17 +168,7 @@ def test_the_worker_binds_every_activity_to_a_cluster_a_ledger_and_http(
 ) -> None:
     from worker.main import load_activities
 
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        """
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-"""
-    )
+    kubeconfig = write_kubeconfig(tmp_path)
     settings = load_settings(database_url=database_url, kubeconfig=kubeconfig)
     activities, close = load_activities(settings)
     try:
@@ -204,3 +211,45 @@ async def test_the_worker_exports_the_sdk_metrics_for_prometheus(
         await asyncio.wait_for(runner, timeout=30)
     assert "temporal_activity_execution_latency" in text
     assert f'task_queue="{task_queue}"' in text
+
+
+async def test_fleetmend_worker_runs_the_real_workflows_and_exits_0_on_sigterm(
+    local_env: WorkflowEnvironment, task_queue: str, database_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLEETMEND_")},
+        "FLEETMEND_TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
+        "FLEETMEND_TASK_QUEUE": task_queue,
+        "FLEETMEND_DATABASE_URL": load_settings(database_url=database_url).database_url or "",
+        "FLEETMEND_KUBECONFIG": str(write_kubeconfig(tmp_path)),
+        "FLEETMEND_WORKER_HEALTH_PORT": str(port),
+        "FLEETMEND_WORKER_HEALTH_HOST": "127.0.0.1",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker.cli",
+        "worker",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    ready = False
+    try:
+        async with httpx.AsyncClient() as http:
+            for _ in range(300):
+                with contextlib.suppress(httpx.TransportError):
+                    ready = (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
+                if ready or proc.returncode is not None:
+                    break
+                await asyncio.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert ready, err.decode()
+    assert proc.returncode == 0, err.decode()
+    assert "worker stopped" in err.decode()
