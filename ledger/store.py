@@ -7,6 +7,8 @@ once" for each caller-chosen operation id.
 
 How `run_once(spec, apply, confirm)` goes:
 
+0. *Look*: one read. A retry usually finds the operation applied or confirmed and stops
+   there (running only ``confirm`` if it is not confirmed yet): nothing is written.
 1. *Propose and claim* (one transaction): ``INSERT ... ON CONFLICT (op_id) DO NOTHING``,
    then a conditional ``UPDATE`` that claims the operation only while it is `proposed` and
    no other worker holds a live lease (``claim_expires_at > now()``). Postgres serialises
@@ -34,6 +36,7 @@ Crash windows, and how each is closed:
   id and must itself be idempotent: for Kubernetes it stamps the op id on the object (an
   annotation) in the same write as the effect, and checks the stamp before acting, so a
   re-run finds the stamp and returns the observed state without acting again.
+  (tests/ledger/test_crash_windows.py kills a worker in exactly this window.)
 - *recorded, not confirmed*: the row is `applied`. A retry never re-applies an applied
   operation; it only runs ``confirm`` again. If the effect never shows, reconciliation
   reports the operation as an orphan after the grace period.
