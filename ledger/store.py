@@ -71,6 +71,7 @@ from sqlalchemy import (
     false,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -98,26 +99,27 @@ _JSON = JSONB(none_as_null=True)
 # The statements are built once: building SQLAlchemy constructs per call costs more client
 # CPU than the round trips they make.
 _SELECT = select(operations, _CLAIM_REMAINING).where(_o.op_id == bindparam("p_op_id"))
-_INSERT_INCIDENT = (
-    pg_insert(incidents)
-    .values(incident_id=bindparam("p_incident_id"))
-    .on_conflict_do_nothing(index_elements=["incident_id"])
+# One statement proposes (and, unless told otherwise, claims) a new operation and records
+# its incident: a fresh operation is the common case and costs one round trip. On a
+# conflict nothing is written and the caller reads the existing row.
+_PROPOSE = text(
+    """
+WITH incident AS (
+    INSERT INTO incidents (incident_id)
+    SELECT CAST(:incident_id AS text) WHERE CAST(:incident_id AS text) IS NOT NULL
+    ON CONFLICT (incident_id) DO NOTHING
 )
-_INSERT = (
-    pg_insert(operations)
-    .values(
-        op_id=bindparam("p_op_id"),
-        incident_id=bindparam("p_incident_id"),
-        origin=bindparam("p_origin"),
-        kind=bindparam("p_kind"),
-        target=bindparam("p_target"),
-        intent=bindparam("p_intent", type_=_JSON),
-        compensates=bindparam("p_compensates"),
-        dry_run=bindparam("p_dry_run"),
-        emergency=bindparam("p_emergency"),
-    )
-    .on_conflict_do_nothing(index_elements=["op_id"])
-    .returning(_o.op_id)
+INSERT INTO operations (op_id, incident_id, origin, kind, target, intent, compensates,
+                        dry_run, emergency, attempts, claim_token, claimed_at, claim_expires_at)
+VALUES (:op_id, :incident_id, :origin, :kind, :target, CAST(:intent AS jsonb), :compensates,
+        :dry_run, :emergency,
+        CASE WHEN :claim THEN 1 ELSE 0 END,
+        CASE WHEN :claim THEN CAST(:token AS text) END,
+        CASE WHEN :claim THEN now() END,
+        CASE WHEN :claim THEN now() + make_interval(secs => :lease) END)
+ON CONFLICT (op_id) DO NOTHING
+RETURNING op_id, claim_token, attempts
+"""
 )
 _CLAIM = (
     update(operations)
@@ -204,6 +206,32 @@ _MARK_COMPENSATED = (
         updated_at=func.now(),
     )
 )
+
+
+def _and_compensate(transition: Any) -> Any:
+    """`transition` (an UPDATE ... RETURNING the row), plus, in the same statement, marking
+    the operation it compensates as compensated: one atomic round trip."""
+    changed = transition.cte("changed")
+    undone = (
+        update(operations)
+        .where(
+            _o.op_id == select(changed.c.compensates).scalar_subquery(),
+            _o.state != "compensated",
+        )
+        .values(
+            state="compensated",
+            compensated_at=func.now(),
+            claim_token=None,
+            claim_expires_at=None,
+            updated_at=func.now(),
+        )
+        .cte("undone")
+    )
+    return select(changed).add_cte(undone)
+
+
+_MARK_APPLIED = _and_compensate(_MARK_APPLIED)
+_CONFIRM = _and_compensate(_CONFIRM)
 
 
 @dataclass(frozen=True)
@@ -327,10 +355,12 @@ class Ledger:
         if engine.dialect.name != "postgresql":
             raise ValueError(f"the ledger is PostgreSQL only, not {engine.dialect.name}")
         self.engine = engine
+        # Every ledger write is one statement, atomic by itself: autocommit saves the
+        # BEGIN and COMMIT round trips (the engine given stays as it was for others).
+        self._db = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.lease = lease
         self.wait = wait
         self._owns_engine = False
-        self._known_incidents: set[str] = set()
 
     @classmethod
     def connect(cls, database_url: str, *, pool_size: int = 8, **options: Any) -> Ledger:
@@ -368,12 +398,11 @@ class Ledger:
             if updates
             else stmt.on_conflict_do_nothing(index_elements=["incident_id"])
         )
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             conn.execute(stmt)
-        self._known_incidents.add(incident_id)
 
     def close_incident(self, incident_id: str) -> None:
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             conn.execute(
                 update(incidents)
                 .where(incidents.c.incident_id == incident_id, incidents.c.closed_at.is_(None))
@@ -383,7 +412,7 @@ class Ledger:
     # ------------------------------------------------------------- primitives
 
     def get(self, op_id: str) -> OperationRecord | None:
-        with self.engine.connect() as conn:
+        with self._db.connect() as conn:
             return self._select(conn, op_id)
 
     def operations(self, incident_id: str) -> list[OperationRecord]:
@@ -393,7 +422,7 @@ class Ledger:
             .where(_o.incident_id == incident_id)
             .order_by(_o.proposed_at, _o.op_id)
         )
-        with self.engine.connect() as conn:
+        with self._db.connect() as conn:
             return [OperationRecord.from_row(row) for row in conn.execute(stmt)]
 
     def propose(self, spec: OperationSpec | Mapping[str, Any]) -> OperationRecord:
@@ -405,12 +434,12 @@ class Ledger:
 
     def claim(self, op_id: str) -> Claim | None:
         """Claim a proposed operation for `lease` seconds; None if it is not claimable now."""
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             return self._claim(conn, op_id)
 
     def release(self, op_id: str, claim_token: str, *, error: str | None = None) -> None:
         """Give a claim back without applying (so the next attempt need not wait the lease)."""
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             conn.execute(_RELEASE, {"p_op_id": op_id, "p_token": claim_token, "p_error": error})
 
     def mark_applied(self, op_id: str, result: Mapping[str, Any] | None = None) -> OperationRecord:
@@ -447,7 +476,7 @@ class Ledger:
 
         `run_once` does this by itself when a compensating operation is applied.
         """
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             undoing = self._select(conn, by)
             if undoing is None:
                 raise UnknownOperation(by, field="by")
@@ -520,7 +549,7 @@ class Ledger:
                 on_wait()
             time.sleep(min(delay, remaining, max(record.claim_remaining or 0, 0.001)))
             delay = min(delay * 1.5, 0.1)
-            with self.engine.begin() as conn:
+            with self._db.connect() as conn:
                 current = self._select(conn, record.op_id)
                 assert current is not None  # operations are never deleted
                 record = current
@@ -617,30 +646,38 @@ class Ledger:
     def _propose(self, values: dict[str, Any], *, claim: bool) -> OperationRecord | Claim:
         """Record the proposal; with `claim`, claim it too. The claim, else the record."""
         op_id = values["op_id"]
-        incident_id = values["incident_id"]
-        with self.engine.begin() as conn:
-            if incident_id is not None and incident_id not in self._known_incidents:
-                conn.execute(_INSERT_INCIDENT, {"p_incident_id": incident_id})
-            if values["compensates"] is not None:
-                undone = self._select(conn, values["compensates"])
-                if undone is None:
-                    raise InvalidOperationSpec(
-                        "compensates",
-                        f"no operation {values['compensates']!r} in the ledger to compensate",
-                        op_id=op_id,
-                    )
-            inserted = conn.execute(_INSERT, {f"p_{k}": v for k, v in values.items()}).first()
-            if inserted is None:
-                existing = self._select(conn, op_id)
-                assert existing is not None  # the conflict was on this very row
-                _check_same(existing, values)
-            got: OperationRecord | Claim | None = self._claim(conn, op_id) if claim else None
-            if got is None:
-                got = self._select(conn, op_id)
-        if incident_id is not None:
-            self._known_incidents.add(incident_id)
-        assert got is not None
-        return got
+        with self._db.connect() as conn:
+            # Checked first so that a refused spec writes nothing, not even its incident.
+            undone = values["compensates"]
+            if undone is not None and self._select(conn, undone) is None:
+                raise InvalidOperationSpec(
+                    "compensates",
+                    f"no operation {undone!r} in the ledger to compensate",
+                    op_id=op_id,
+                )
+            params = {
+                **values,
+                "intent": json.dumps(values["intent"]),
+                "claim": claim and not values["dry_run"],
+                "token": uuid.uuid4().hex,
+                "lease": self.lease,
+            }
+            row = conn.execute(_PROPOSE, params).first()
+            if row is not None:
+                if params["claim"]:
+                    return Claim(op_id=row[0], token=row[1], attempt=row[2])
+                record = self._select(conn, op_id)
+                assert record is not None
+                return record
+            existing = self._select(conn, op_id)
+            assert existing is not None  # the conflict was on this very row
+            _check_same(existing, values)
+            if claim and existing.state == "proposed" and not existing.claim_live:
+                got = self._claim(conn, op_id)
+                if got is not None:
+                    return got
+                existing = self._select(conn, op_id) or existing
+            return existing
 
     def _claim(self, conn: Connection, op_id: str) -> Claim | None:
         params = {
@@ -660,13 +697,10 @@ class Ledger:
         self, stmt: Any, params: dict[str, Any], wanted: str, *, done: tuple[str, ...]
     ) -> OperationRecord:
         op_id = params["p_op_id"]
-        with self.engine.begin() as conn:
+        with self._db.connect() as conn:
             row = conn.execute(stmt, params).first()
             if row is not None:
-                record = OperationRecord.from_row(row)
-                if record.compensates is not None and wanted in ("applied", "confirmed"):
-                    self._mark_compensated(conn, record.compensates)
-                return record
+                return OperationRecord.from_row(row)
             current = self._select(conn, op_id)
         if current is None:
             raise UnknownOperation(op_id)
