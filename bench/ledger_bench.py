@@ -9,8 +9,8 @@ one PostgreSQL server in one run:
 1. pgbench's built-in TPC-B-like script (scale 1) with 1 and 16 clients: the baseline
    transactions/s of this server on this machine, right now (interleaved with 2, in
    rounds; medians reported);
-2. `Ledger.run_once` on fresh operation ids (propose+claim, apply, record applied,
-   confirm: one read and three write transactions each) with 1 and 16 worker processes,
+2. `Ledger.run_once` on fresh operation ids (read, propose+claim, apply, record applied,
+   confirm: four single-statement round trips each) with 1 and 16 worker processes,
    as operations/s and as a ratio to pgbench's TPS at the same client count;
 3. one `reconcile()` pass over 1,000,000 operation rows seeded with known anomalies
    (duplicates, orphans, drift), in seconds, checking it found exactly those.

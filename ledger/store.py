@@ -9,14 +9,15 @@ How `run_once(spec, apply, confirm)` goes:
 
 0. *Look*: one read. A retry usually finds the operation applied or confirmed and stops
    there (running only ``confirm`` if it is not confirmed yet): nothing is written.
-1. *Propose and claim* (one transaction): ``INSERT ... ON CONFLICT (op_id) DO NOTHING``,
-   then a conditional ``UPDATE`` that claims the operation only while it is `proposed` and
-   no other worker holds a live lease (``claim_expires_at > now()``). Postgres serialises
-   the two racers' UPDATEs on the row; the loser re-reads the committed row, sees the
-   lease and does not claim. Exactly one worker holds a live claim at a time.
+1. *Propose and claim*: ``INSERT ... ON CONFLICT (op_id) DO NOTHING`` writes the new row
+   already claimed by this worker (a lease: ``claim_token``, ``claim_expires_at``), its
+   incident in the same statement. If the row existed, a conditional ``UPDATE`` claims it
+   only while it is `proposed` and no other worker holds a live lease (``claim_expires_at
+   > now()``). Postgres serialises racing INSERTs and UPDATEs on the row; the loser sees
+   the committed row, with its lease, and does not claim. One worker holds a live claim.
 2. *Apply*: only the claim holder calls ``apply(op_id)``. Everyone else waits for the
    holder to record its result, or takes over once its lease expired.
-3. *Record applied* (own transaction, committed before anything else happens).
+3. *Record applied*, committed before anything else happens.
 4. *Confirm*: ``confirm(op_id)`` returns evidence once the observed state shows the
    effect; the ledger records `confirmed` with it. Without evidence the operation stays
    `applied` and a later attempt, or the reconciler, confirms it.
@@ -42,6 +43,10 @@ Crash windows, and how each is closed:
   reports the operation as an orphan after the grace period.
 - *a slow worker outlives its lease*: a second worker takes over and calls the
   idempotent ``apply``; whichever records first wins, the other's record is a no-op.
+
+Every write is a single statement run in autocommit (a transition that undoes another
+operation marks it compensated in the same statement, through a data-modifying CTE), so
+each is atomic without BEGIN/COMMIT round trips; a fresh operation costs four round trips.
 
 States: proposed -> applied -> confirmed; failed (``apply`` raised PermanentEffectError,
 or `fail()`); compensated (an operation whose ``compensates`` names this one was
