@@ -326,6 +326,8 @@ class ReplicaLossWorkflow:
     async def assess(self) -> None:
         """Confirm it is capacity loss, size it, look for a common cause, read the warm floor."""
         s = self.state
+        # Losses that join while the assessment runs are taken in at the next boundary.
+        assessed = len(s.losses)
         result = await workflow.execute_activity_method(
             ClusterActivities.assess_loss,
             AssessInput(
@@ -335,12 +337,12 @@ class ReplicaLossWorkflow:
                     LossReport(
                         pod=loss.pod, node=loss.node, fault=loss.fault, starts_at=loss.starts_at
                     )
-                    for loss in s.losses
+                    for loss in s.losses[:assessed]
                 ],
             ),
             **ASSESS_OPTIONS,
         )
-        s.assessed_losses = len(s.losses)
+        s.assessed_losses = assessed
         rates = await workflow.execute_activity_method(
             MetricsActivities.read_replica_rates,
             RatesInput(targets=result.survivors),
@@ -1014,7 +1016,7 @@ class ReplicaLossWorkflow:
         entry = self._entry
         try:
             await self._race_abort(method)
-        except BaseException as err:
+        except (Exception, asyncio.CancelledError) as err:
             entry.ended_at = workflow.now()
             entry.outcome = (
                 "aborted" if isinstance(err, IncidentAborted) else f"failed: {_cause(err)}"
@@ -1197,17 +1199,25 @@ class ReplicaLossWorkflow:
         entry.evidence["failed"] = failed
 
     async def _close(self) -> None:
-        """Close the incident and start its reconciliation, which outlives it."""
+        """Close the incident with its reconciliation: "no duplicated effects" is verification."""
         s = self.state
         s.step = "closed"
         self._publish_step()
-        await workflow.start_child_workflow(
-            ReconcileWorkflow.run,
-            ReconcileInput(incident_id=s.incident_id, namespace=s.namespace, pool=s.pool),
-            id=reconcile_workflow_id(s.incident_id),
-            parent_close_policy=ParentClosePolicy.ABANDON,
-        )
-        self._note("closed", s.outcome, {"reconciliation": reconcile_workflow_id(s.incident_id)})
+        rid = reconcile_workflow_id(s.incident_id)
+        evidence: dict[str, Any] = {"reconciliation": rid}
+        try:
+            # Abandoned, so cancelling the incident never cancels the check of what it did.
+            report = await workflow.execute_child_workflow(
+                ReconcileWorkflow.run,
+                ReconcileInput(incident_id=s.incident_id, namespace=s.namespace, pool=s.pool),
+                id=rid,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+            evidence["findings"] = [f.model_dump() for f in report.findings]
+        except ChildWorkflowError as err:
+            # The scheduled reconciliation sweeps this incident again; closing must not wait.
+            evidence["error"] = _cause(err)
+        self._note("closed", s.outcome, evidence)
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     # ------------------------------------------------------------------ small helpers
