@@ -30,7 +30,9 @@ app.add_typer(db_app, name="db")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    typer.secho(f"fleetmend: {message}", err=True, fg=typer.colors.RED)
+    # One line whatever the message: scripts and pagers read the first line only.
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    typer.secho(f"fleetmend: {line}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
 
 
@@ -51,6 +53,13 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
     return f"{name}: {err['msg']}"
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first line of the root cause: SQLAlchemy and psycopg messages span several."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return lines[0] if lines else type(cause).__name__
+
+
 def _configure_logging(s: Settings) -> None:
     import logging
 
@@ -66,7 +75,8 @@ def _run_operator(coro: Coroutine[Any, Any, None]) -> None:
     try:
         asyncio.run(coro)
     except OperatorError as exc:
-        typer.secho(f"fleetmend: {exc}", err=True, fg=typer.colors.RED)
+        line = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        typer.secho(f"fleetmend: {line}", err=True, fg=typer.colors.RED)
         code = 1
     # The Temporal SDK's native runtime threads can call back into Python while the
     # interpreter finalises (seen after a refused connect: "Fatal Python error:
@@ -121,11 +131,11 @@ def worker() -> None:
         options = WorkerOptions()
         asyncio.run(run_worker(s, options=options))
     except WorkerSetupError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
     except ValidationError as exc:
         fail(f"bad setting: {_first_error(exc, 'FLEETMEND_WORKER_')}")
     except (RuntimeError, OSError) as exc:  # connect failures: one line, not a traceback
-        fail(f"worker stopped: {type(exc).__name__}: {exc}")
+        fail(f"worker stopped: {type(exc).__name__}: {_one_line(exc)}")
     # Drained and closed: leave without finalising the SDK's native runtime (see
     # _run_operator), so a clean SIGTERM drain always exits 0.
     sys.stdout.flush()
@@ -298,7 +308,7 @@ def db_upgrade(
     try:
         upgrade(s.database_url, revision)
     except Exception as exc:  # one line for the operator; the cause is in the message
-        fail(f"db upgrade failed: {type(exc).__name__}: {exc}")
+        fail(f"db upgrade failed: {type(exc).__name__}: {_one_line(exc)}")
     typer.echo(f"ledger schema at {revision}")
 
 

@@ -105,3 +105,23 @@ async def test_report_refuses_an_unknown_format_in_one_line() -> None:
     run = await fleetmend("report", "llm/pool", "--format", "pdf", env={})
     assert run.code == 1
     assert run.err.strip() == "fleetmend: --format must be md, html or json, not 'pdf'"
+
+
+async def test_db_upgrade_brings_the_ledger_to_head_and_is_idempotent(database_url: str) -> None:
+    env = db_env(database_url)
+    first = await fleetmend("db", "upgrade", env=env)
+    again = await fleetmend("db", "upgrade", env=env)
+    assert (first.code, again.code) == (0, 0), first.err + again.err
+    assert again.out.strip() == "ledger schema at head"
+
+
+async def test_db_upgrade_against_an_unreachable_database_is_one_line() -> None:
+    run = await fleetmend(
+        "db",
+        "upgrade",
+        env={"FLEETMEND_DATABASE_URL": "postgresql+psycopg://u:p@127.0.0.1:1/none"},
+    )
+    assert run.code == 1
+    assert "Traceback" not in run.err
+    assert run.err.startswith("fleetmend: db upgrade failed: OperationalError")
+    assert len(run.err.strip().splitlines()) == 1
