@@ -209,6 +209,7 @@ def reconciliation_pass(url: str, rows: int) -> dict[str, Any]:
             "operation_rows": total,
             "seed_seconds": round(seeded, 1),
             "reconcile_seconds": round(report.seconds, 2),
+            "seconds_by_kind": report.seconds_by_kind,
             "findings": found,
             "expected": expected_findings(rows),
         }
@@ -321,7 +322,8 @@ def _print(figures: dict[str, Any]) -> None:
     print(
         f"\nreconciliation pass over {recon['operation_rows']:,} operation rows: "
         f"{recon['reconcile_seconds']:.2f} s (seeded in {recon['seed_seconds']:.1f} s); "
-        f"found {recon['findings']}, expected {recon['expected']}"
+        f"found {recon['findings']}, expected {recon['expected']}; "
+        f"seconds by kind {recon['seconds_by_kind']}"
     )
 
 
