@@ -32,6 +32,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 from workflows.types import AlertResolved, FaultKind, LostReplica
 
@@ -79,13 +80,28 @@ class LabelMapping(BaseSettings):
 
     @classmethod
     def load(cls) -> LabelMapping:
-        mapping = cls()
+        """From the environment, then the YAML file it names; ValueError names the culprit."""
+        try:
+            mapping = cls()
+        except PydanticSettingsError as exc:
+            # pydantic-settings names the field but not the variable the operator set.
+            found = re.search(r'field "(\w+)"', str(exc))
+            name = f"FLEETMEND_INTAKE_MAP_{found.group(1).upper()}" if found else "mapping"
+            raise ValueError(f'{name}: expected JSON, e.g. \'["pool", "service"]\'') from exc
         if mapping.file is None:
             return mapping
-        data = yaml.safe_load(mapping.file.read_text()) or {}
+        try:
+            data = yaml.safe_load(mapping.file.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{mapping.file}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(data, dict):
             raise ValueError(f"{mapping.file}: expected a mapping of field -> labels")
-        return cls.model_validate({**mapping.model_dump(exclude={"file"}), **data})
+        try:
+            return cls.model_validate({**mapping.model_dump(exclude={"file"}), **data})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"{mapping.file}: {where}: {err['msg']}") from exc
 
 
 # Alertmanager writes Go's RFC 3339 with up to nanoseconds; pydantic alone would also take

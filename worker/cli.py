@@ -155,10 +155,13 @@ def intake() -> None:
 
     try:
         options = IntakeOptions()
-        mapping = LabelMapping.load()
     except ValidationError as exc:
         fail(f"bad setting: {_first_error(exc, 'FLEETMEND_INTAKE_')}")
-    except (OSError, ValueError) as exc:
+    try:
+        mapping = LabelMapping.load()
+    except ValidationError as exc:
+        fail(f"bad setting: {_first_error(exc, 'FLEETMEND_INTAKE_MAP_')}")
+    except ValueError as exc:
         fail(f"bad label mapping: {exc}")
     ledger = None
     if s.database_url is not None:

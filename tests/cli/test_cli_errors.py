@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,22 @@ def test_help_works_without_any_service(args: list[str]) -> None:
     run = fleetmend(*args)
     assert run.returncode == 0
     assert "Usage" in run.stdout
+
+
+def test_intake_with_a_bad_mapping_variable_names_that_variable() -> None:
+    run = fleetmend("intake", FLEETMEND_INTAKE_TOKEN="t", FLEETMEND_INTAKE_MAP_POOL="not json")
+    assert_one_line_error(run, 1, "FLEETMEND_INTAKE_MAP_POOL")
+
+
+def test_intake_with_a_broken_mapping_file_names_the_file(tmp_path: Path) -> None:
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("pool: [unclosed\n")
+    run = fleetmend("intake", FLEETMEND_INTAKE_TOKEN="t", FLEETMEND_INTAKE_MAP_FILE=str(mapping))
+    assert_one_line_error(run, 1, f"bad label mapping: {mapping}")
+
+
+def test_intake_with_a_mapping_file_naming_an_unknown_fault_names_the_key(tmp_path: Path) -> None:
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("fault_by_alertname: [[meltdown, meteor]]\n")
+    run = fleetmend("intake", FLEETMEND_INTAKE_TOKEN="t", FLEETMEND_INTAKE_MAP_FILE=str(mapping))
+    assert_one_line_error(run, 1, "fault_by_alertname")
