@@ -102,8 +102,9 @@ def _survivors(handle: FleetHandle) -> list:
 def test_pressure_is_read_per_survivor_with_the_engine_generations_metric_names(
     fleet_factory: Callable[..., FleetHandle],
 ) -> None:
-    v1 = fleet_factory(scenario(version="0.11.0", rate=4))
-    v0 = fleet_factory(scenario(version="0.9.2", core="V0", rate=4))
+    # Light load (a tenth of capacity): numbers to read, no thrash to find.
+    v1 = fleet_factory(scenario(version="0.11.0", rate=6, warm_rate=16))
+    v0 = fleet_factory(scenario(version="0.9.2", core="V0", rate=6, warm_rate=16))
 
     new = ActivityEnvironment().run(
         MetricsActivities(v1.http).read_pressure,

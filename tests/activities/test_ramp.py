@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -133,9 +134,32 @@ def test_a_replica_that_failed_warm_up_stays_at_the_probe_share() -> None:
 # ---------------------------------------------------------------------------- over HTTP
 
 
+def _cold_replacement(handle: FleetHandle) -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
+    """Scale the pool by one: the new replica goes ready cold, as a replacement does."""
+    before = {p["metadata"]["name"] for p in handle.pods(f"app={POOL},pool=serving")}
+    handle.call(
+        lambda: handle.store.patch("deployments", POOL, {"spec": {"replicas": 5}}, namespace=NS)
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        pods = handle.pods(f"app={POOL},pool=serving")
+        new = [p for p in pods if p["metadata"]["name"] not in before]
+        ready = [
+            p
+            for p in new
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+        ]
+        if ready:
+            return ready[0], [p for p in pods if p["metadata"]["name"] in before]
+        time.sleep(0.1)
+    raise AssertionError("the replacement never went ready")
+
+
 def _ramp(handle: FleetHandle, runner: EffectRunner, *, warmed: bool, steps: int = 3):  # type: ignore[no-untyped-def]
-    serving = handle.pods(f"app={POOL},pool=serving")
-    new, warm = serving[0], serving[1:]
+    new, warm = _cold_replacement(handle)
     return new, ActivityEnvironment().run(
         RampActivities(AnnotationGateway(handle.api), handle.http, runner).ramp_traffic,
         RampInput(
@@ -155,7 +179,8 @@ def _ramp(handle: FleetHandle, runner: EffectRunner, *, warmed: bool, steps: int
 def test_the_ramp_applies_rate_weights_in_steps_and_finishes_when_ttft_holds(
     fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
 ) -> None:
-    handle = fleet_factory(scenario(rate=8))
+    # The replacement is headroom (the runbook's model): the warm replicas carry the load.
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
 
     new, result = _ramp(handle, runner, warmed=True)
 
@@ -177,7 +202,7 @@ def test_the_ramp_applies_rate_weights_in_steps_and_finishes_when_ttft_holds(
 def test_a_replica_that_failed_warm_up_is_not_ramped_and_shedding_stays(
     fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
 ) -> None:
-    handle = fleet_factory(scenario(rate=8))
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
 
     new, result = _ramp(handle, runner, warmed=False, steps=2)
 

@@ -94,7 +94,8 @@ def _refs(handle: FleetHandle) -> list:
 def test_calm_survivors_pass_queue_preemption_and_per_pod_ttft_checks(
     fleet_factory: Callable[..., FleetHandle],
 ) -> None:
-    handle = fleet_factory(scenario(rate=6))
+    # A fleet at a tenth of its capacity: nothing queues, nothing is preempted.
+    handle = fleet_factory(scenario(rate=6, warm_rate=16))
 
     result = ActivityEnvironment().run(
         MetricsActivities(handle.http).verify_serving,
