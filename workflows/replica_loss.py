@@ -771,14 +771,14 @@ class ReplicaLossWorkflow:
         if not new:
             self._evidence(note="no new replica to ramp")
             return
+        warmed: list[str] = []
         if s.dry_run:
+            # Probing needs real traffic; the ramp below records its intent with no pod warmed.
             self._evidence(
                 would=f"warm up {', '.join(p.name for p in new)}, probe each at "
                 f"{self.input.probe_share:.0%} share, then ramp by measured rate"
             )
-            return
-        warmed: list[str] = []
-        for replica in new:
+        for replica in [] if s.dry_run else new:
             if await self._half_open(replica):
                 warmed.append(replica.name)
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
@@ -1126,7 +1126,9 @@ class ReplicaLossWorkflow:
             evidence=evidence,
         )
         if gate.pending and s.dry_run:
+            # A dry run shows the question it would have asked and takes the safe default.
             close_gate(gate, "dry-run", workflow.now())
+            self._note_gate(name)
         elif gate.pending:
             self._note(
                 "gate-opened",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -80,3 +81,12 @@ async def report_loss(
 
 async def status_of(handle: WorkflowHandle[Any, Any]) -> IncidentStatus:
     return await handle.query(QUERY_STATUS, result_type=IncidentStatus)
+
+
+async def wait_for_gate(handle: WorkflowHandle[Any, Any], gate: str) -> None:
+    for _ in range(200):
+        status = await status_of(handle)
+        if any(g.gate == gate for g in status.pending_gates):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"gate {gate} never opened")

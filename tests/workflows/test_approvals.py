@@ -12,8 +12,14 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.workflows.fakes import Fleet
-from tests.workflows.harness import loss_of, new_fleet, report_loss, running_worker, status_of
-from tests.workflows.test_saga import wait_for_gate
+from tests.workflows.harness import (
+    loss_of,
+    new_fleet,
+    report_loss,
+    running_worker,
+    status_of,
+    wait_for_gate,
+)
 from workflows.types import SIGNAL_APPROVE, UPDATE_APPROVE, ApprovalInput, GateDecision
 
 README = Path(__file__).resolve().parents[2] / "workflows" / "README.md"

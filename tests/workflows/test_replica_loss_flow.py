@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.harness import loss_of, new_fleet, report_loss, running_worker, status_of
+from tests.workflows.harness import (
+    loss_of,
+    new_fleet,
+    report_loss,
+    running_worker,
+    status_of,
+    wait_for_gate,
+)
+from workflows.types import SIGNAL_ALERT_RESOLVED, AlertResolved, incident_workflow_id
 
 
 async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_rolled_back(
@@ -35,3 +43,62 @@ async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_
     assert fleet.shed_tier == 0
     assert all(count == 1 for count in fleet.applied.values())
     assert status.step == "closed"
+
+
+async def test_losses_of_one_pool_join_one_incident_repeats_are_ignored_and_a_resolved_alert_is_only_recorded(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=0)
+    first, second = f"{fleet.pool}-1", f"{fleet.pool}-6"
+    fleet.kill(first)
+    fleet.kill(second)
+    client = ts_env.client
+    async with running_worker(client, task_queue, fleet):
+        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, first))
+        await wait_for_gate(handle, "provision")
+        # Alertmanager resends the first alert, and the second replica's alert arrives.
+        again = await report_loss(client, task_queue, fleet, loss_of(fleet, first))
+        joined = await report_loss(client, task_queue, fleet, loss_of(fleet, second))
+        await handle.signal(
+            SIGNAL_ALERT_RESOLVED,
+            AlertResolved(
+                namespace=fleet.namespace, pool=fleet.pool, pod=first, fingerprint=f"fp-{first}"
+            ),
+        )
+        await handle.result()
+        status = await status_of(handle)
+        description = await handle.describe()
+    assert again.result_run_id == joined.result_run_id == handle.result_run_id
+    assert status.losses == [first, second]
+    assert [e.step for e in status.timeline].count("loss-joined") == 1
+    assert [e.outcome for e in status.timeline if e.step == "alert-resolved"] == [
+        "recorded; recovery continues until verified"
+    ]
+    assert fleet.pods[first].routed is False and fleet.pods[second].routed is False
+    attributes = {key.name: value for key, value in description.typed_search_attributes}
+    assert attributes["IncidentNamespace"] == fleet.namespace
+    assert attributes["IncidentPool"] == fleet.pool
+    assert attributes["IncidentId"] == status.incident_id
+    # Re-assessed when the second loss joined: 2 of 8 is an outage in the fake's table.
+    assert attributes["IncidentSeverity"] == "outage"
+    assert attributes["IncidentStep"] == "closed"
+
+
+async def test_operation_ids_name_the_workflow_the_step_and_the_target_never_the_run(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=1)
+    dead = f"{fleet.pool}-2"
+    fleet.kill(dead)
+    client = ts_env.client
+    async with running_worker(client, task_queue, fleet):
+        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, dead))
+        result = await handle.result()
+        run_id = handle.result_run_id
+    wid = incident_workflow_id(fleet.namespace, fleet.pool)
+    assert run_id is not None
+    mutating = [op for _, op in fleet.calls if op is not None]
+    assert mutating and all(op.startswith(f"{result.incident_id}/") for op in mutating)
+    assert result.incident_id.startswith(f"{wid}@")
+    assert all(run_id not in op for op in mutating)
+    assert f"{result.incident_id}/deroute/{dead}" in mutating

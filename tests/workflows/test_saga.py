@@ -8,18 +8,24 @@ fake fleet rather than by the ledger.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.workflows.fakes import Fleet
-from tests.workflows.harness import loss_of, new_fleet, report_loss, running_worker, status_of
+from tests.workflows.harness import (
+    loss_of,
+    new_fleet,
+    report_loss,
+    running_worker,
+    status_of,
+    wait_for_gate,
+)
 from workflows.types import SIGNAL_ABORT, SIGNAL_APPROVE, AbortRequest, ApprovalInput
 
 
@@ -42,15 +48,6 @@ def as_before_except_the_dead_replica(
     if any(f"/triage/{node}" in op for op in fleet.applied):
         expected["nodes"][node].update(cordoned=True, qualified=False)
     return expected
-
-
-async def wait_for_gate(handle: WorkflowHandle[Any, Any], gate: str) -> None:
-    for _ in range(200):
-        status = await status_of(handle)
-        if any(g.gate == gate for g in status.pending_gates):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"gate {gate} never opened")
 
 
 WARM_CASES = [
