@@ -128,7 +128,8 @@ class AlertmanagerAlert(BaseModel):
     startsAt: datetime
     endsAt: datetime | None = None
     generatorURL: str = ""
-    fingerprint: str = ""
+    # Alertmanager's are 16 hex digits; the bound keeps the signal payload small.
+    fingerprint: str = Field("", max_length=128)
 
     _timestamps = field_validator("startsAt", "endsAt", mode="before")(_rfc3339)
 
@@ -166,6 +167,7 @@ class WebhookEnvelope(AlertmanagerWebhook):
 
 
 MAX_ALERTS_PER_REQUEST = 1000
+MAX_LABELS_BYTES = 64 * 1024
 
 
 class AlertRejected(BaseModel):
@@ -241,6 +243,16 @@ def map_alert(
 
     labels = alert.labels
     fingerprint = alert.fingerprint or label_fingerprint(labels)
+    if len(json.dumps(labels)) > MAX_LABELS_BYTES:
+        # Temporal refuses oversized payloads for the whole call; refusing the one alert
+        # here keeps the rest of its batch deliverable.
+        return AlertRejected(
+            index=index,
+            field=f"alerts.{index}.labels",
+            reason="too_large",
+            message=f"labels over {MAX_LABELS_BYTES} bytes",
+            fingerprint=fingerprint[:64],
+        )
 
     def reject(field: str, reason: str, message: str) -> AlertRejected:
         return AlertRejected(

@@ -105,16 +105,10 @@ class TemporalUnavailable(Exception):
     """Temporal did not answer in time: the whole request is answered 503, to be retried."""
 
 
-# Temporal status codes that mean "try again later", as opposed to "this request is wrong".
-_RETRYABLE = {
-    RPCStatusCode.UNAVAILABLE,
-    RPCStatusCode.DEADLINE_EXCEEDED,
-    RPCStatusCode.RESOURCE_EXHAUSTED,
-    RPCStatusCode.ABORTED,
-    RPCStatusCode.INTERNAL,
-    RPCStatusCode.UNKNOWN,
-    RPCStatusCode.CANCELLED,
-}
+# The one Temporal answer that means "this request is wrong" rather than "not now". Every
+# other refusal (namespace not found, permission denied, overloaded) is the deployment's
+# problem, not the alert's: answered 503 so Alertmanager keeps the alert and retries.
+_REQUEST_AT_FAULT = {RPCStatusCode.INVALID_ARGUMENT}
 
 
 class TemporalGateway:
@@ -167,9 +161,11 @@ class TemporalGateway:
         except TimeoutError as exc:
             raise TemporalUnavailable("deadline exceeded") from exc
         except RPCError as exc:
-            if exc.status in _RETRYABLE:
-                raise TemporalUnavailable(f"{exc.status.name}: {exc.message}") from exc
-            raise
+            if exc.status in _REQUEST_AT_FAULT:
+                raise
+            if exc.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                log.error("temporal refused: %s %s", exc.status.name, exc.message)
+            raise TemporalUnavailable(f"{exc.status.name}: {exc.message}") from exc
 
 
 class IntakeMetrics:
@@ -351,6 +347,12 @@ async def _closed_run_keys(state: IntakeState, handle: WorkflowHandle[Any, Any])
     return keys
 
 
+def _no_such_workflow(exc: RPCError) -> bool:
+    # NOT_FOUND also answers for a missing namespace: that is a deployment error to retry,
+    # not "no incident open".
+    return exc.status == RPCStatusCode.NOT_FOUND and "namespace" not in exc.message.lower()
+
+
 def _started_a_run(handle: WorkflowHandle[Any, Any], running_run_id: str | None) -> bool:
     """Whether signal-with-start started a run or signalled the open one.
 
@@ -376,7 +378,7 @@ async def _deliver_pool(
         try:
             return await client.get_workflow_handle(wid).describe(rpc_timeout=timeout)
         except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
+            if _no_such_workflow(exc):
                 return None
             raise
 
@@ -453,7 +455,7 @@ async def _deliver_resolved(
             )
         except RPCError as exc:
             # Only a running incident takes the signal; a closed or absent one starts nothing.
-            if exc.status == RPCStatusCode.NOT_FOUND:
+            if _no_such_workflow(exc):
                 return False
             raise
         return True

@@ -406,3 +406,42 @@ async def test_when_temporal_dies_after_start_the_intake_answers_503_promptly(
     assert after.status_code == 503
     assert took < 10, took
     assert ready.status_code == 503
+
+
+async def test_an_oversized_alert_is_rejected_alone_and_its_batch_delivered(
+    intake: Intake, pool: str
+) -> None:
+    huge = alert(namespace="llm", pool=f"{pool}-x", blob="x" * 70_000)
+    response = await intake.post(notification(huge, alert(namespace="llm", pool=pool)))
+    assert response.status_code == 200
+    body = response.json()
+    assert [(r["field"], r["reason"]) for r in body["rejected"]] == [
+        ("alerts.0.labels", "too_large")
+    ]
+    assert body["accepted"][0]["outcome"] == "started"
+
+
+async def test_a_temporal_namespace_that_does_not_exist_is_503_so_alerts_are_kept(
+    local_env: WorkflowEnvironment, pool: str
+) -> None:
+    settings = load_settings(
+        intake_token=TOKEN,
+        temporal_address=local_env.client.service_client.config.target_host,
+        temporal_namespace="no-such-namespace",
+    )
+    app = create_app(settings, options=IntakeOptions(temporal_timeout_s=2.0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as c:
+        response = await c.post(
+            "/alertmanager",
+            json=notification(alert(namespace="llm", pool=pool)),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        resolved = await c.post(
+            "/alertmanager",
+            json=notification(alert(status="resolved", namespace="llm", pool=pool)),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+    assert response.status_code == 503
+    assert "NOT_FOUND" in response.json()["detail"]
+    # Not mistaken for "no open incident": the resolution is retried too.
+    assert resolved.status_code == 503
