@@ -801,20 +801,30 @@ class ClusterActivities:
         )
         for r in replicasets.items or []:
             out.append(("ReplicaSet", r.metadata.name, r.spec.selector, r))
-        lws = self._call(
-            "list",
-            f"leaderworkersets {namespace}",
-            self.custom.list_namespaced_custom_object,
-            LWS_GROUP,
-            LWS_VERSION,
-            namespace,
-            LWS_PLURAL,
-        )
-        for item in lws.get("items", []):
+        for item in self._list_lws(namespace):
             # LWS selects its pods by its name label; it has no spec.selector of its own.
             selector = {"matchLabels": {self.s.lws_name_label: item["metadata"]["name"]}}
             out.append(("LeaderWorkerSet", item["metadata"]["name"], selector, item))
         return out
+
+    def _list_lws(self, namespace: str) -> list[dict[str, Any]]:
+        """LeaderWorkerSets in the namespace; none where the CRD is not installed (404)."""
+        lws: Any
+        try:
+            lws = self.custom.list_namespaced_custom_object(
+                LWS_GROUP,
+                LWS_VERSION,
+                namespace,
+                LWS_PLURAL,
+                _request_timeout=self.s.kubernetes_timeout_s,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise k8s_error(exc, verb="list", obj=f"leaderworkersets {namespace}") from exc
+        except Exception as exc:
+            raise k8s_error(exc, verb="list", obj=f"leaderworkersets {namespace}") from exc
+        return list(lws.get("items", []))
 
     def _endpoint_states(self, namespace: str, service: str) -> list[EndpointState]:
         slices = self._call(
@@ -987,8 +997,9 @@ class ClusterActivities:
         except ApiException as exc:
             if exc.status != 404:
                 raise k8s_error(exc, verb="get", obj=f"deployment {namespace}/{pool}") from exc
-            d = None
+            d = self._deployment_selecting(namespace, pool)
         if d is not None:
+            pool = d.metadata.name
             desired = d.spec.replicas or 0
             st = d.status
             updated = (st.updated_replicas or 0) if st else 0
@@ -1031,6 +1042,22 @@ class ClusterActivities:
                 detail=f"updatedReplicas {updated}/{desired}",
             ),
         )
+
+    def _deployment_selecting(self, namespace: str, pool: str) -> Any | None:
+        """The Deployment that owns the pool's serving pods when it is not named after it."""
+        s = self.s
+        deployments = self._call(
+            "list", f"deployments {namespace}", self.apps.list_namespaced_deployment, namespace
+        )
+        for d in deployments.items or []:
+            meta = d.spec.template.metadata
+            labels = dict((meta.labels if meta else None) or {})
+            serving = (
+                labels.get(s.pool_label) == pool and labels.get(s.warm_label) != s.warm_label_value
+            )
+            if serving and selector_matches(d.spec.selector, labels):
+                return d
+        return None
 
     def _pod_facts(self, pod: Any, *, lost: bool) -> PodFacts:
         waiting: list[str] = []
@@ -1861,9 +1888,9 @@ class ClusterActivities:
         if kind == "Deployment":
             d = self._call(
                 "get",
-                f"deployment {input.namespace}/{input.pool}",
+                f"deployment {input.namespace}/{name}",
                 self.apps.read_namespaced_deployment,
-                input.pool,
+                name,
                 input.namespace,
             )
             ready = int((d.status.ready_replicas if d.status else 0) or 0)

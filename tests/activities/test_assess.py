@@ -242,3 +242,19 @@ def test_three_of_eight_in_one_rack_is_an_outage_with_a_fabric_cause(
     assert "fabric-domain" in causes
     assert causes["fabric-domain"].evidence["domain"] == f"fabric-{rack}"
     assert result.warm_floor.count == 0
+
+
+def test_the_pool_size_comes_from_the_deployment_that_selects_the_pool_whatever_its_name(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    from .conftest import add_nodes, add_service, serving_labels
+
+    add_nodes(kube.cluster, ["n0", "n1"], rack="rack-a", zone="zone-a")
+    # Not named after the pool: found by the selector that matches the pool's serving pods.
+    add_deployment(kube.cluster, "llm-v2", 4, serving_labels(), {"app": POOL, "pool": "serving"})
+    add_service(kube.cluster, POOL, {"app": POOL, "serving": "true"})
+
+    result = _assess(kube, runner, settings, [])
+
+    assert result.workload_kind == "Deployment" and result.workload_name == "llm-v2"
+    assert result.pool_size == 4

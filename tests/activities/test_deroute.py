@@ -239,3 +239,31 @@ def test_force_delete_with_approval_deletes_without_grace(
     assert result.deleted and result.applied_now and result.approved_by == "oncall"
     # Grace period 0: gone at once, not terminating for 30 s.
     assert kube.store.try_get("pods", victim, namespace=NS) is None
+
+
+def test_deroute_is_not_reported_done_while_the_endpoint_stays_in_the_ready_set(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
+    add_deployment(kube.cluster, "plain", 1, {"app": "plain", "serving": "true"}, {"app": "plain"})
+    # This Service ignores the router-only label, so removing it cannot deroute the pod.
+    add_service(kube.cluster, "plain", {"app": "plain"})
+    victim = kube.store.list("pods", namespace=NS)[0]["metadata"]["name"]
+
+    with pytest.raises(ApplicationError) as pending:
+        ActivityEnvironment().run(
+            _acts(kube, runner, settings).deroute_replica,
+            DerouteInput(
+                op_id="i/deroute/plain",
+                incident_id="i",
+                namespace=NS,
+                service="plain",
+                pod=victim,
+                confirm_timeout_s=0.3,
+            ),
+        )
+
+    assert not pending.value.non_retryable
+    assert "still in the ready set" in str(pending.value)
+    record = runner.ledger.get("i/deroute/plain")
+    assert record is not None and record.state == "applied"  # done, but not confirmed
