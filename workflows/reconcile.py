@@ -14,6 +14,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
 from temporalio.common import RetryPolicy
 
 from workflows.types import (
@@ -44,6 +52,23 @@ _READ = {
 }
 
 APPLIED_STATES = frozenset({"applied", "confirmed"})
+
+
+def reconcile_schedule(task_queue: str, every: timedelta = timedelta(hours=1)) -> Schedule:
+    """The periodic sweep over recent incidents; `worker` creates it with this id.
+
+    Overlaps are skipped: a sweep still running when the next is due is the next sweep.
+    """
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            RECONCILE_WORKFLOW_NAME,
+            ReconcileInput(),
+            id="reconcile/scheduled",
+            task_queue=task_queue,
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
 
 
 def reconcile_workflow_id(incident_id: str | None) -> str:
