@@ -23,6 +23,7 @@ from temporalio.client import (
     ScheduleSpec,
 )
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityConfig
 
 from workflows.types import (
     Finding,
@@ -46,10 +47,10 @@ OBSERVE_EFFECTS = "observe_effects"
 STORE_FINDINGS = "store_findings"
 
 # Reads may be retried freely; storing findings is keyed by the reconciliation's own id.
-_READ = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30)),
-}
+_READ = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30)),
+)
 
 APPLIED_STATES = frozenset({"applied", "confirmed"})
 
@@ -133,19 +134,19 @@ class ReconcileWorkflow:
             READ_LEDGER_OPERATIONS,
             LedgerQuery(incident_id=input.incident_id, since=input.since),
             result_type=LedgerOperations,
-            **_READ,  # type: ignore[arg-type]
+            **_READ,
         )
         observed = await workflow.execute_activity(
             OBSERVE_EFFECTS,
             ObserveInput(operations=ledger.operations),
             result_type=ObservedEffects,
-            **_READ,  # type: ignore[arg-type]
+            **_READ,
         )
         findings = find_discrepancies(ledger.operations, observed.effects)
         await workflow.execute_activity(
             STORE_FINDINGS,
             FindingsInput(incident_id=input.incident_id, findings=findings),
-            **_READ,  # type: ignore[arg-type]
+            **_READ,
         )
         return ReconcileReport(
             incident_id=input.incident_id, operations=len(ledger.operations), findings=findings

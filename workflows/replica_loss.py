@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -432,9 +433,7 @@ class ReplicaLossWorkflow:
                 "deroute",
                 pod,
                 ClusterActivities.deroute_replica,
-                lambda op, pod=pod: DerouteInput(
-                    **op, namespace=s.namespace, service=s.pool, pod=pod
-                ),
+                functools.partial(DerouteInput, namespace=s.namespace, service=s.pool, pod=pod),
                 DEROUTE_OPTIONS,
             )
             s.derouted.extend(p for p in [pod, *result.pods] if p not in s.derouted)
@@ -468,7 +467,7 @@ class ReplicaLossWorkflow:
             "deroute",
             f"{pod}/force-delete",
             ClusterActivities.force_delete_pod,
-            lambda op: ForceDeleteInput(
+            lambda **op: ForceDeleteInput(
                 **op,
                 namespace=s.namespace,
                 pod=pod,
@@ -518,7 +517,7 @@ class ReplicaLossWorkflow:
             "protect",
             "shed-tier",
             GatewayActivities.apply_shed_tier,
-            lambda op: ShedTierInput(
+            lambda **op: ShedTierInput(
                 **op,
                 namespace=s.namespace,
                 pool=s.pool,
@@ -558,7 +557,7 @@ class ReplicaLossWorkflow:
             "protect",
             f"shed-tier/D{wanted}",
             GatewayActivities.apply_shed_tier,
-            lambda op: ShedTierInput(
+            lambda **op: ShedTierInput(
                 **op,
                 namespace=s.namespace,
                 pool=s.pool,
@@ -578,7 +577,7 @@ class ReplicaLossWorkflow:
             "inflight",
             s.pool,
             GatewayActivities.apply_retry_contract,
-            lambda op: RetryContractInput(
+            lambda **op: RetryContractInput(
                 **op, namespace=s.namespace, pool=s.pool, lost_pods=s.facts.lost_replicas
             ),
             RETRY_CONTRACT_OPTIONS,
@@ -607,7 +606,7 @@ class ReplicaLossWorkflow:
             "promote-warm",
             s.pool,
             ClusterActivities.promote_warm,
-            lambda op: PromoteWarmInput(
+            lambda **op: PromoteWarmInput(
                 **op,
                 namespace=s.namespace,
                 pool=s.pool,
@@ -683,7 +682,7 @@ class ReplicaLossWorkflow:
             "provision",
             f"{kind.lower()}/{name}",
             ClusterActivities.scale_pool,
-            lambda op: ScaleInput(
+            lambda **op: ScaleInput(
                 **op, namespace=s.namespace, kind=kind, name=name, replicas=target
             ),
             SCALE_OPTIONS,
@@ -748,8 +747,8 @@ class ReplicaLossWorkflow:
                 "triage",
                 node,
                 TriageActivities.triage_node,
-                lambda op, node=node, known=known: TriageInput(
-                    **op, node=node, serving_namespaces=[s.namespace], known_xids=known
+                functools.partial(
+                    TriageInput, node=node, serving_namespaces=[s.namespace], known_xids=known
                 ),
                 TRIAGE_OPTIONS,
             )
@@ -794,7 +793,7 @@ class ReplicaLossWorkflow:
             "ramp",
             s.pool,
             RampActivities.ramp_traffic,
-            lambda op: RampInput(
+            lambda **op: RampInput(
                 **op,
                 namespace=s.namespace,
                 warm_replicas=survivors,
@@ -902,7 +901,7 @@ class ReplicaLossWorkflow:
             "ramp",
             target,
             GatewayActivities.set_router_weights,
-            lambda op: RouterWeightsInput(**op, namespace=s.namespace, weights={pod: weight}),
+            lambda **op: RouterWeightsInput(**op, namespace=s.namespace, weights={pod: weight}),
             ROUTER_WEIGHTS_OPTIONS,
         )
         saga.refine(
@@ -967,7 +966,7 @@ class ReplicaLossWorkflow:
                 "roll-back",
                 f"{pod}/relocate",
                 ClusterActivities.relocate_misplaced_pod,
-                lambda op, pod=pod: RelocateInput(**op, namespace=s.namespace, pod=pod),
+                functools.partial(RelocateInput, namespace=s.namespace, pod=pod),
                 RELOCATE_OPTIONS,
             )
         if not s.verified:
@@ -981,7 +980,7 @@ class ReplicaLossWorkflow:
             "roll-back",
             "shed-tier",
             GatewayActivities.restore_shed_tier,
-            lambda op: RestoreShedTierInput(
+            lambda **op: RestoreShedTierInput(
                 **op,
                 namespace=s.namespace,
                 pool=s.pool,
@@ -1085,12 +1084,12 @@ class ReplicaLossWorkflow:
         step: str,
         target: str,
         activity: Callable[..., R],
-        build: Callable[[dict[str, Any]], BaseModel],
+        build: Callable[..., BaseModel],
         options: ActivityConfig,
     ) -> R:
         """One mutating activity: operation id, dry-run flag, and an effect in the timeline."""
         op_id = self._op(step, target)
-        request = build(self._mutating(op_id))
+        request = build(**self._mutating(op_id))
         result: Any = await workflow.execute_activity_method(activity, request, **options)  # type: ignore[call-overload]
         self.state.effects.append(
             Effect(
@@ -1153,7 +1152,7 @@ class ReplicaLossWorkflow:
             "notify",
             milestone,
             NotifyActivities.notify_incident_channel,
-            lambda op: NotifyInput(**op, title=title, facts=facts, text=text),
+            lambda **op: NotifyInput(**op, title=title, facts=facts, text=text),
             NOTIFY_OPTIONS,
         )
 
