@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_per_measurement": args.seconds,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
+        # Other work on the host shows here; the ratios are the figures that survive it.
+        "load_average_at_start": round(os.getloadavg()[0], 1),
     }
     try:
         with create_engine(admin_url).connect() as conn:
@@ -298,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    figures["load_average_at_end"] = round(os.getloadavg()[0], 1)
     _print(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
@@ -309,7 +312,8 @@ def _print(figures: dict[str, Any]) -> None:
     print(
         f"\nPostgreSQL {figures['server']}, {figures['cpus']} CPUs, "
         f"{figures['seconds_per_measurement']:g} s per measurement, median of "
-        f"{figures['rounds']} interleaved rounds\n"
+        f"{figures['rounds']} interleaved rounds; 1-min load average "
+        f"{figures['load_average_at_start']} at start, {figures['load_average_at_end']} at end\n"
     )
     print("| workers | run_once ops/s | pgbench TPC-B-like tps | ratio |")
     print("|---:|---:|---:|---:|")

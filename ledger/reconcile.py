@@ -40,7 +40,7 @@ _REPORT = """
     ON CONFLICT (kind, op_id) DO NOTHING
     RETURNING op_id, related_op_id, incident_id, detail
 )
-SELECT op_id, related_op_id, incident_id, detail FROM found ORDER BY op_id
+SELECT op_id, related_op_id, incident_id, detail FROM found
 """
 
 ORPHANS_SQL = f"""
@@ -89,24 +89,29 @@ WITH candidates AS (
     FOR UPDATE OF o SKIP LOCKED
 )""" + _REPORT.format(kind="drift")
 
-# Groups first (one hash aggregate over the applied rows), then the window only over the
-# few groups holding more than one applied operation.
+# Groups first: an index-only scan of ix_operations_group in key order, aggregated as it
+# streams (no hash table over a million one-row groups); then the window only over the few
+# groups holding more than one applied operation, each read through the same index. `applied_at IS NOT NULL` already excludes
+# dry runs, which are never applied; operations without an incident are not compared.
 DUPLICATES_SQL = f"""
 WITH groups AS (
-    SELECT COALESCE(g.incident_id, '') AS incident_key, g.kind, g.target
+    SELECT g.incident_id, g.kind, g.target
     FROM operations g
-    WHERE g.applied_at IS NOT NULL AND NOT g.dry_run AND {_SCOPE.format(alias="g")}
-    GROUP BY 1, 2, 3
+    WHERE g.applied_at IS NOT NULL AND g.incident_id IS NOT NULL AND {_SCOPE.format(alias="g")}
+    GROUP BY g.incident_id, g.kind, g.target
     HAVING count(*) > 1
 ), ordered AS (
-    SELECT d.op_id, d.incident_id, d.kind, d.target, d.applied_at, d.compensates,
-           lag(d.op_id) OVER w AS prev_op_id,
-           lag(d.applied_at) OVER w AS prev_applied_at
-    FROM operations d
-    JOIN groups USING (kind, target)
-    WHERE COALESCE(d.incident_id, '') = groups.incident_key
-      AND d.applied_at IS NOT NULL AND NOT d.dry_run
-    WINDOW w AS (PARTITION BY d.incident_id, d.kind, d.target ORDER BY d.applied_at, d.op_id)
+    -- LATERAL: one index scan per repeated group, whatever the planner guesses their number.
+    SELECT d.* FROM groups
+    CROSS JOIN LATERAL (
+        SELECT d.op_id, d.incident_id, d.kind, d.target, d.applied_at, d.compensates,
+               lag(d.op_id) OVER w AS prev_op_id,
+               lag(d.applied_at) OVER w AS prev_applied_at
+        FROM operations d
+        WHERE d.incident_id = groups.incident_id AND d.kind = groups.kind
+          AND d.target = groups.target AND d.applied_at IS NOT NULL AND NOT d.dry_run
+        WINDOW w AS (ORDER BY d.applied_at, d.op_id)
+    ) d
 ), pairs AS (
     SELECT p.* FROM ordered p
     WHERE p.prev_op_id IS NOT NULL
