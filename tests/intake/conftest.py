@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from worker.intake import IntakeOptions, create_app
@@ -90,8 +91,37 @@ class Intake:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         return await self.http.post("/alertmanager", json=payload, headers=headers)
 
-    async def runs(self, workflow_id: str) -> list[WorkflowExecution]:
-        return [wf async for wf in self.temporal.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    async def runs(self, workflow_id: str, expected: int) -> int:
+        return await count_runs(self.temporal, workflow_id, expected)
+
+    async def absent(self, workflow_id: str) -> bool:
+        return await no_workflow(self.temporal, workflow_id)
+
+
+async def count_runs(client: Client, workflow_id: str, expected: int) -> int:
+    """How many runs visibility lists for the id, read once it shows `expected` (or 10 s).
+
+    Visibility is eventually consistent: a run started a moment ago may not be listed yet.
+    After the expected count shows, one more read a little later catches a surplus run.
+    """
+    query = f"WorkflowId = '{workflow_id}'"
+    for _ in range(100):
+        if len([wf async for wf in client.list_workflows(query)]) >= expected:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)
+    return len([wf async for wf in client.list_workflows(query)])
+
+
+async def no_workflow(client: Client, workflow_id: str) -> bool:
+    """True when no execution has the id (describe is strongly consistent, unlike list)."""
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return False
 
 
 @pytest_asyncio.fixture

@@ -29,6 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.intake.conftest import (
     TOKEN,
     IntakeProcess,
+    count_runs,
     free_port,
     start_intake_process,
     stop_intake_process,
@@ -177,8 +178,7 @@ async def test_alertmanager_notifications_start_one_incident_per_pool_despite_re
         assert await metric(http, intake.url, signalled) >= 2, "Alertmanager never resent"
 
         for wid in (wid_a, wid_b):
-            runs = [wf async for wf in client.list_workflows(f"WorkflowId = '{wid}'")]
-            assert len(runs) == 1, (wid, runs)
+            assert await count_runs(client, wid, 1) == 1, wid
         assert await metric(http, intake.url, "fleetmend_intake_incidents_started_total") == 2
         rejected = 'fleetmend_intake_alerts_rejected_total{reason="missing_pool"}'
         assert await metric(http, intake.url, rejected) >= 1
@@ -203,5 +203,4 @@ async def test_alertmanager_notifications_start_one_incident_per_pool_despite_re
         [resolution, *_] = await signals(client, wid_b, SIGNAL_ALERT_RESOLVED, AlertResolved)
         assert resolution.pod == f"{pool_b}-1"
         # Still one incident for B: a resolution never starts anything.
-        runs_b = [wf async for wf in client.list_workflows(f"WorkflowId = '{wid_b}'")]
-        assert len(runs_b) == 1
+        assert await count_runs(client, wid_b, 1) == 1

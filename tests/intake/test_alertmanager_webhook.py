@@ -15,7 +15,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tests.intake.conftest import TOKEN, Intake, alert, notification
+from tests.intake.conftest import TOKEN, Intake, alert, count_runs, notification
 from worker.intake import IntakeOptions, create_app
 from worker.settings import load_settings
 from workflows.types import (
@@ -81,7 +81,7 @@ async def test_resends_of_the_same_alert_never_start_a_second_incident(
         outcomes.append(response.json()["accepted"][0]["outcome"])
     assert outcomes == ["started", "signalled", "signalled", "signalled"]
     wid = incident_workflow_id("llm", pool)
-    assert len(await intake.runs(wid)) == 1
+    assert await intake.runs(wid, 1) == 1
     # Every resend carries the same dedupe key, so the workflow can ignore the repeats.
     converter = pydantic_data_converter.payload_converter
     keys = {
@@ -107,7 +107,7 @@ async def test_two_replicas_of_one_pool_fold_into_one_incident_and_pools_stay_ap
     outcomes = {(a["index"], a["outcome"]) for a in response.json()["accepted"]}
     assert outcomes == {(0, "started"), (1, "signalled"), (2, "started")}
     assert len(await signals(intake, incident_workflow_id("llm", pool), SIGNAL_REPLICA_LOST)) == 2
-    assert len(await intake.runs(incident_workflow_id("llm", other))) == 1
+    assert await intake.runs(incident_workflow_id("llm", other), 1) == 1
 
 
 async def test_a_bad_alert_in_a_batch_is_reported_and_the_good_ones_are_accepted(
@@ -124,7 +124,7 @@ async def test_a_bad_alert_in_a_batch_is_reported_and_the_good_ones_are_accepted
     assert body["status"] == "partial"
     assert [a["index"] for a in body["accepted"]] == [1]
     assert body["rejected"][0]["field"] == "alerts.0.labels.namespace"
-    assert len(await intake.runs(incident_workflow_id("llm", pool))) == 1
+    assert await intake.runs(incident_workflow_id("llm", pool), 1) == 1
 
 
 async def test_a_batch_of_only_bad_alerts_is_422_and_starts_nothing(
@@ -133,7 +133,7 @@ async def test_a_batch_of_only_bad_alerts_is_422_and_starts_nothing(
     response = await intake.post(notification(alert(namespace="Not_A_Namespace", pool=pool)))
     assert response.status_code == 422
     assert response.json()["rejected"][0]["field"] == "alerts.0.labels.namespace"
-    assert await intake.runs(incident_workflow_id("Not_A_Namespace", pool)) == []
+    assert await intake.absent(incident_workflow_id("Not_A_Namespace", pool))
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ async def test_without_the_right_credentials_the_answer_is_401_and_nothing_start
     )
     assert response.status_code == 401
     assert "Bearer" in response.headers["WWW-Authenticate"]
-    assert await intake.runs(incident_workflow_id("llm", pool)) == []
+    assert await intake.absent(incident_workflow_id("llm", pool))
 
 
 async def test_basic_auth_is_accepted_when_configured(
@@ -224,7 +224,7 @@ async def test_a_resolved_alert_without_an_open_incident_is_recorded_and_starts_
     response = await intake.post(notification(alert(status="resolved", namespace="llm", pool=pool)))
     assert response.status_code == 200
     assert response.json()["accepted"][0]["outcome"] == "resolved_without_incident"
-    assert await intake.runs(incident_workflow_id("llm", pool)) == []
+    assert await intake.absent(incident_workflow_id("llm", pool))
     metrics = (await intake.http.get("/metrics")).text
     assert 'fleetmend_intake_alerts_accepted_total{outcome="resolved_without_incident"} 1.0' in (
         metrics
@@ -242,7 +242,7 @@ async def test_a_resend_after_the_incident_closed_does_not_reopen_it_but_a_new_a
     resend = await intake.post(payload)
     assert resend.status_code == 200
     assert resend.json()["accepted"][0]["outcome"] == "duplicate"
-    assert len(await intake.runs(wid)) == 1
+    assert await intake.runs(wid, 1) == 1
 
     new_loss = await intake.post(
         notification(
@@ -250,7 +250,7 @@ async def test_a_resend_after_the_incident_closed_does_not_reopen_it_but_a_new_a
         )
     )
     assert new_loss.json()["accepted"][0]["outcome"] == "started"
-    assert len(await intake.runs(wid)) == 2
+    assert await intake.runs(wid, 2) == 2
 
 
 async def test_the_dry_run_label_starts_a_dry_run_incident(intake: Intake, pool: str) -> None:
@@ -367,13 +367,7 @@ async def test_two_intake_replicas_racing_on_one_notification_start_one_incident
     outcomes = [r.json()["accepted"][0]["outcome"] for r in responses]
     assert outcomes.count("started") == 1
     assert outcomes.count("signalled") == 9
-    runs = [
-        wf
-        async for wf in local_env.client.list_workflows(
-            f"WorkflowId = '{incident_workflow_id('llm', pool)}'"
-        )
-    ]
-    assert len(runs) == 1
+    assert await count_runs(local_env.client, incident_workflow_id("llm", pool), 1) == 1
 
 
 async def test_when_temporal_dies_after_start_the_intake_answers_503_promptly(

@@ -318,7 +318,14 @@ async def test_thousands_of_generated_payloads_never_get_a_5xx_nor_start_a_bad_i
 
     # And Temporal holds no incident that did not come from such an alert.
     client = local_env.client
-    workflows = [wf async for wf in client.list_workflows(f"TaskQueue = '{intake_up.task_queue}'")]
+    query = f"TaskQueue = '{intake_up.task_queue}'"
+    workflows: list[Any] = []
+    for _ in range(20):  # visibility is eventually consistent: read until it settles
+        previous = len(workflows)
+        workflows = [wf async for wf in client.list_workflows(query)]
+        if workflows and len(workflows) == previous:
+            break
+        await asyncio.sleep(0.5)
     assert workflows, "the mutated realistic payloads should have started incidents"
     converter = pydantic_data_converter.payload_converter
     for wf in workflows:
