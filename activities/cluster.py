@@ -1768,7 +1768,7 @@ class ClusterActivities:
         s = self.s
         progress = activity.info().heartbeat_details if activity.in_activity() else ()
         pod = self._try_read_pod(input.namespace, input.pod)
-        done = dict(progress[0]) if progress else {}
+        done = dict(progress[0]) if progress and isinstance(progress[0], dict) else {}
         wrong = done.get("wrong_node") or (
             pod.spec.node_name if pod is not None and pod.spec else None
         )

@@ -261,8 +261,18 @@ class Window:
 
 
 def sample_window(
-    http: httpx.Client, targets: list[PodRef], interval_s: float, *, timeout: float = 10.0
+    http: httpx.Client,
+    targets: list[PodRef],
+    interval_s: float,
+    *,
+    timeout: float = 10.0,
+    details: tuple[object, ...] = (),
 ) -> Window:
+    """Scrape every target, wait `interval_s` (heartbeating `details`), scrape again.
+
+    Temporal keeps only the last heartbeat's details, so a caller that resumes from them
+    passes its progress here rather than letting the wait heartbeat an empty one.
+    """
     before: dict[str, MetricSnapshot] = {}
     after: dict[str, MetricSnapshot] = {}
     errors: dict[str, str] = {}
@@ -272,7 +282,7 @@ def sample_window(
         except Exception as exc:  # one dead survivor must not hide the others' numbers
             errors[ref.name] = str(exc)
     started = time.monotonic()
-    wait(interval_s)
+    wait(interval_s, *details)
     for ref in targets:
         if ref.name in errors:
             continue

@@ -196,7 +196,7 @@ class RampActivities:
         targets = [*input.warm_replicas, *input.new_replicas]
         pods = sorted({*warm, *new})
         details = activity.info().heartbeat_details if activity.in_activity() else ()
-        state: dict[str, Any] = dict(details[0]) if details else {}
+        state: dict[str, Any] = dict(details[0]) if details and isinstance(details[0], dict) else {}
         previous: dict[str, int | None] = state.get("previous") or self.gateway.read_weights(
             input.namespace, pods
         )
@@ -220,9 +220,24 @@ class RampActivities:
         completed = False
         held_back: set[str] = set()
 
+        def progress() -> dict[str, Any]:
+            return {
+                "previous": previous,
+                "credit": credit,
+                "back_offs": back_offs,
+                "records": [r.model_dump() for r in records],
+                "step": step,
+                "applied_any": applied_any,
+                "weights": weights,
+            }
+
         while len(records) < max_iterations:
             window = sample_window(
-                self.http, targets, input.step_interval_s, timeout=self.timeout_s
+                self.http,
+                targets,
+                input.step_interval_s,
+                timeout=self.timeout_s,
+                details=(progress(),),
             )
             rates: dict[str, float | None] = {}
             ttft: dict[str, float | None] = {}
@@ -281,17 +296,7 @@ class RampActivities:
                     index=index, weights=weights, rates=rates, ttft_p99_s=ttft, actions=plan.actions
                 )
             )
-            heartbeat(
-                {
-                    "previous": previous,
-                    "credit": credit,
-                    "back_offs": back_offs,
-                    "records": [r.model_dump() for r in records],
-                    "step": step,
-                    "applied_any": applied_any,
-                    "weights": weights,
-                }
-            )
+            heartbeat(progress())
             held_back = {p for p, n in back_offs.items() if n > input.max_back_offs}
             held_back |= {p for p in new if p not in warmed}
             if any(n > input.max_back_offs for n in back_offs.values()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -210,3 +211,40 @@ def test_a_replica_that_failed_warm_up_is_not_ramped_and_shedding_stays(
     assert all(r.actions[name] == "not-warmed" for r in result.steps)
     assert result.final_weights[name] <= 0.03 * sum(result.final_weights.values())
     assert result.keep_shedding and name in result.held_back
+
+
+def test_a_retried_ramp_resumes_from_its_heartbeat_instead_of_starting_over(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
+    new, warm = _cold_replacement(handle)
+    op = RampInput(
+        op_id="i/ramp",
+        incident_id="i",
+        namespace=NS,
+        warm_replicas=[handle.ref(p) for p in warm],
+        new_replicas=[handle.ref(new)],
+        warmed_pods=[new["metadata"]["name"]],
+        steps=3,
+        step_interval_s=0.3,
+    )
+    beats: list[dict] = []  # type: ignore[type-arg]
+    first = ActivityEnvironment()
+    # Every heartbeat carries the progress: Temporal keeps only the last one.
+    first.on_heartbeat = lambda *details: beats.append(details[0] if details else {})
+    first.run(RampActivities(AnnotationGateway(handle.api), handle.http, runner).ramp_traffic, op)
+    assert beats and all(isinstance(b, dict) and "records" in b for b in beats)
+    after_one_step = next(b for b in beats if len(b["records"]) == 1)
+
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, heartbeat_details=[after_one_step])
+    resumed = retry.run(
+        RampActivities(AnnotationGateway(handle.api), handle.http, runner).ramp_traffic, op
+    )
+
+    assert resumed.steps[0].model_dump() == after_one_step["records"][0]
+    assert resumed.previous_weights == after_one_step["previous"]
+    step_ops = [r for r in runner.ledger.operations("i") if r.op_id.startswith("i/ramp/step-")]
+    # Every step applied once, across both attempts.
+    assert len({r.op_id for r in step_ops}) == len(step_ops)
+    assert all(r.state in ("applied", "confirmed") for r in step_ops)
