@@ -67,6 +67,12 @@ async def connect(settings: Settings) -> Client:
 def _rpc_problem(exc: RPCError, workflow_id: str) -> OperatorError:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return OperatorError(f"no incident {workflow_id!r} (see `fleetmend status`)")
+    if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+        # Queries and updates are answered by a worker, not by the server.
+        return OperatorError(
+            f"no worker answered for {workflow_id!r} in time: is `fleetmend worker` running "
+            "on the incident's task queue?"
+        )
     return OperatorError(f"Temporal refused: {exc.status.name}: {exc.message}")
 
 

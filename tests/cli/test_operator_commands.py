@@ -187,3 +187,19 @@ async def test_status_of_an_unknown_incident_is_one_line_and_non_zero(
     assert run.err.strip() == (
         "fleetmend: no incident 'replica-loss/llm/never-was' (see `fleetmend status`)"
     )
+
+
+async def test_status_of_an_incident_no_worker_serves_says_so_in_one_line(
+    local_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    wid = f"replica-loss/llm/orphan-{uuid.uuid4().hex[:6]}"
+    await local_env.client.start_workflow(
+        WORKFLOW_NAME, IncidentInput(namespace="llm", pool="x"), id=wid, task_queue=task_queue
+    )
+    try:
+        run = await fleetmend("status", wid, env=temporal_env(local_env.client, task_queue))
+    finally:
+        await local_env.client.get_workflow_handle(wid).terminate("test over")
+    assert run.code == 1
+    assert "no worker answered" in run.err
+    assert len(run.err.strip().splitlines()) == 1
