@@ -306,3 +306,45 @@ def test_no_free_gpus_anywhere_is_a_plain_shortage(
 
     assert result.diagnosis == "shortage", result.explanation
     assert result.free_gpus_total == 0
+
+
+def test_a_leaderworkerset_pool_is_scaled_through_its_scale_subresource(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    from .conftest import pod_template
+
+    add_nodes(kube.cluster, ["n0", "n1", "n2", "n3"], rack="rack-a", zone="zone-a")
+    kube.store.create(
+        "leaderworkersets",
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "big"},
+            "spec": {
+                "replicas": 1,
+                "leaderWorkerTemplate": {
+                    "size": 2,
+                    "workerTemplate": pod_template(warm_labels("big")),
+                },
+            },
+        },
+        namespace=NS,
+    )
+
+    result = ActivityEnvironment().run(
+        _acts(kube, runner, settings).scale_pool,
+        ScaleInput(
+            op_id="i/scale/big",
+            incident_id="i",
+            namespace=NS,
+            kind="LeaderWorkerSet",
+            name="big",
+            replicas=2,
+        ),
+    )
+
+    assert (result.previous_replicas, result.replicas, result.applied_now) == (1, 2, True)
+    lws = kube.store.get("leaderworkersets", "big", namespace=NS)
+    assert lws["spec"]["replicas"] == 2
+    assert lws["metadata"]["annotations"][STAMP_ANNOTATION] == "i/scale/big"
+    assert len(pods(kube.cluster, "leaderworkerset.sigs.k8s.io/name=big")) == 4

@@ -130,3 +130,25 @@ def test_overloaded_survivors_fail_verification_with_their_queue_depths(
     assert not queue.passed
     assert any(v and v > 0 for v in queue.evidence["waiting"].values())
     assert not checks["survivors-preemption-rate-zero"].passed
+
+
+def test_measured_rate_and_ttft_p99_are_read_per_replica(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    from activities.metrics import RatesInput
+
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
+
+    result = ActivityEnvironment().run(
+        MetricsActivities(handle.http).read_replica_rates,
+        RatesInput(targets=_refs(handle), interval_s=1.0),
+    )
+
+    assert len(result.replicas) == 4 and result.interval_s >= 1.0
+    for r in result.replicas:
+        assert r.error is None
+        assert r.requests_per_s is not None and r.requests_per_s > 0
+        assert r.ttft_p99_s is not None and r.ttft_samples > 0
+    # About the offered load: 8 requests per fleet second at 10x speed, spread over four.
+    total = sum(r.requests_per_s or 0 for r in result.replicas)
+    assert 40 <= total <= 120
