@@ -1442,6 +1442,8 @@ class ClusterActivities:
     def demote_warm(self, input: DemoteWarmInput) -> DemoteWarmResult:
         """Compensation of promote_warm."""
         s = self.s
+        if not input.pods:
+            return DemoteWarmResult(pods=[], applied_now=False)
 
         def apply(op_id: str) -> dict[str, Any]:
             demoted = []
@@ -1464,7 +1466,7 @@ class ClusterActivities:
             self.runner,
             input,
             kind="demote-warm",
-            target=f"{input.namespace}/pod/{input.pods[0]}" if input.pods else "namespace/none",
+            target=f"{input.namespace}/pod/{input.pods[0]}",
             intent={"pods": input.pods, "mode": input.mode},
             apply=apply,
         )
