@@ -624,6 +624,24 @@ def pod_ready(pod: Any) -> bool:
     return bool(c is not None and c.status == "True") and pod.metadata.deletion_timestamp is None
 
 
+def observed_lost(pod: Any, node: Any | None) -> bool:
+    """A pod that was serving and is observably down: node not Ready, being deleted, failed
+    or evicted, or a container that restarted and is not ready again (OOM, crash loop)."""
+    if node is not None and not node_ready(node):
+        return True
+    if pod.metadata.deletion_timestamp is not None:
+        return True
+    status = pod.status
+    if status is not None and (status.phase == "Failed" or status.reason == "Evicted"):
+        return True
+    restarted = (
+        any((cs.restart_count or 0) > 0 for cs in (status.container_statuses or []))
+        if status
+        else False
+    )
+    return restarted and not pod_ready(pod)
+
+
 def node_ready(node: Any) -> bool:
     c = _condition(node, "Ready")
     return bool(c is not None and c.status == "True")
@@ -907,17 +925,21 @@ class ClusterActivities:
                     if p.spec and p.spec.node_name == loss.node:
                         lost_keys.add(self._replica_key(p))
                         lost_pod_names.add(p.metadata.name)
-        # Replicas that are observably down count as lost whether or not they alerted yet.
+        # Replicas that are observably down count as lost whether or not they alerted yet;
+        # a replacement still being scheduled or started is capacity on its way, not a loss.
+        provisioning: set[str] = set()
         for p in serving:
             node = nodes.get(p.spec.node_name) if p.spec and p.spec.node_name else None
-            if not pod_ready(p) or (node is not None and not node_ready(node)):
+            if observed_lost(p, node):
                 lost_keys.add(self._replica_key(p))
                 lost_pod_names.add(p.metadata.name)
                 if node is not None and not node_ready(node):
                     lost_nodes.add(node.metadata.name)
+            elif not pod_ready(p):
+                provisioning.add(self._replica_key(p))
 
-        keys = {self._replica_key(p) for p in serving} | lost_keys
-        pool_size = max(desired or 0, len(keys))
+        keys = ({self._replica_key(p) for p in serving} - provisioning) | lost_keys
+        pool_size = desired if desired else len(keys)
 
         domains = FailureDomains(nodes=sorted(lost_nodes))
         per_domain: dict[tuple[str, str], set[str]] = {}
@@ -971,7 +993,7 @@ class ClusterActivities:
             pool_size=pool_size,
             lost_replicas=sorted(lost_keys),
             lost_nodes=sorted(lost_nodes),
-            lost_fraction=len(lost_keys) / pool_size if pool_size else 1.0,
+            lost_fraction=min(1.0, len(lost_keys) / pool_size) if pool_size else 1.0,
             domains=domains,
             largest_domain_loss=largest,
             severity=severity,

@@ -258,3 +258,20 @@ def test_the_pool_size_comes_from_the_deployment_that_selects_the_pool_whatever_
 
     assert result.workload_kind == "Deployment" and result.workload_name == "llm-v2"
     assert result.pool_size == 4
+
+
+def test_a_replacement_still_pending_is_not_counted_as_a_second_loss(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=8, warm=0, nodes_per_rack=2)  # exactly full
+    victim = serving_pods(kube.cluster)[0]["metadata"]["name"]
+    # Deleted with a grace period: it keeps its GPUs, so its replacement stays Pending.
+    kube.store.delete("pods", victim, namespace=NS)
+    pending = [p for p in serving_pods(kube.cluster) if not p["spec"].get("nodeName")]
+    assert len(pending) == 1
+
+    result = _assess(kube, runner, settings, [LossReport(pod=victim, starts_at=T0)])
+
+    assert result.lost_replicas == [victim]
+    assert result.pool_size == 8 and result.severity == "capacity-event"
+    assert pending[0]["metadata"]["name"] not in {s.name for s in result.survivors}
