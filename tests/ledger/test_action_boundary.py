@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from ledger.errors import InvalidOperationSpec
 from ledger.store import Ledger
 
-REFUND = {
+REFUND: dict[str, Any] = {
     "op_id": "req-7f3a/tool-call-1",
     "kind": "refund-order",
     "target": "orders/4411",

@@ -59,8 +59,12 @@ def test_a_bad_spec_is_refused_naming_the_field_and_nothing_is_written(
     ledger = Ledger(db_engine)
     applied: list[str] = []
 
+    def apply(op_id: str) -> dict[str, Any]:
+        applied.append(op_id)
+        return {}
+
     with pytest.raises(InvalidOperationSpec) as raised:
-        ledger.run_once(raw, lambda op_id: applied.append(op_id) or {})
+        ledger.run_once(raw, apply)
 
     assert raised.value.field == field
     assert str(raised.value).startswith(f"{field}: ")
