@@ -62,6 +62,26 @@ def test_4_processes_with_32_threads_racing_the_same_1000_operations_apply_each_
     assert _ledger_states(db_engine) == {"confirmed": 1000}
 
 
+def test_32_threads_in_one_process_racing_the_same_1000_operations_apply_each_effect_once(
+    db_engine: Engine,
+) -> None:
+    create_world(db_engine)
+    op_ids = _op_ids(1000)
+    go = threading.Event()
+    threading.Timer(0.05, go.set).start()
+
+    calls, applied_now, _ = race(
+        Ledger(db_engine, wait=120), CountingEffect(db_engine), op_ids, "inc-threads", 32, go
+    )
+
+    effects = counts(db_engine, "effect_log")
+    assert calls == 32 * 1000
+    assert sorted(effects) == sorted(op_ids)
+    assert set(effects.values()) == {1}, "an effect was applied more than once"
+    assert applied_now == 1000
+    assert _ledger_states(db_engine) == {"confirmed": 1000}
+
+
 def test_32_threads_arriving_together_at_each_operation_apply_it_once(db_engine: Engine) -> None:
     create_world(db_engine)
     op_ids = _op_ids(50)
