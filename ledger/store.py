@@ -370,8 +370,11 @@ class Ledger:
     @classmethod
     def connect(cls, database_url: str, *, pool_size: int = 8, **options: Any) -> Ledger:
         """A ledger with its own engine (closed by `close()`)."""
+        # No pre-ping: it would add a round trip to each of run_once's four. A connection
+        # the server dropped fails one call (a temporary error the activity retries) and
+        # SQLAlchemy then discards the pool's stale connections; recycling bounds their age.
         engine = create_engine(
-            database_url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            database_url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800
         )
         ledger = cls(engine, **options)
         ledger._owns_engine = True
