@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
-from activities.errors import PermanentError, http_errors
+from activities.errors import http_errors
 
 
 class Fact(BaseModel):
@@ -35,6 +35,7 @@ class NotifyResult(BaseModel):
     status_code: int | None
     body: dict[str, Any]
     applied_now: bool
+    skipped_reason: str | None = None
 
 
 NOTIFY_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
@@ -106,7 +107,15 @@ class NotifyActivities:
         """Post one message (Slack-compatible JSON), once per operation id."""
         body = message_body(input)
         if not self.url:
-            raise PermanentError("notify incident channel: no webhook URL configured")
+            # A fleet without an incident channel (a drill, a laptop) still recovers; the
+            # message is returned so the workflow's status and report can show it.
+            return NotifyResult(
+                delivered=False,
+                status_code=None,
+                body=body,
+                applied_now=False,
+                skipped_reason="no incident channel webhook configured",
+            )
         url = self.url
 
         def apply(op_id: str) -> dict[str, Any]:

@@ -92,3 +92,17 @@ def test_a_webhook_refusal_is_permanent_and_an_outage_is_retried(
         )
     assert failed.value.non_retryable is (not retryable)
     assert str(status) in str(failed.value)
+
+
+def test_without_a_configured_channel_the_message_is_returned_not_posted(
+    runner: EffectRunner,
+) -> None:
+    result = ActivityEnvironment().run(
+        NotifyActivities(httpx.Client(), None, runner).notify_incident_channel,
+        NotifyInput(
+            op_id="i/notify/none", incident_id="i", title="t", facts=[Fact(name="lost", value=1)]
+        ),
+    )
+    assert not result.delivered and result.skipped_reason
+    assert "• lost: 1" in result.body["text"]
+    assert runner.ledger.get("i/notify/none") is None
