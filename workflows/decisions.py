@@ -7,7 +7,7 @@ unit-tested without Temporal and stay deterministic inside the workflow.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from statistics import median
+from statistics import fmean
 
 from pydantic import BaseModel
 
@@ -29,12 +29,13 @@ def serving_capacity(
     """Each replica's share of serving capacity, from its measured request rate.
 
     A replica without a measurement (a dead one, or a scrape that failed) counts as the
-    pool's median measured replica, so an unmeasured replica is neither free nor dominant.
+    pool's average measured replica: neither free nor dominant, and one lost replica of n
+    equal ones is exactly 1/n of the capacity however noisy each measurement is.
     With nothing measured every replica counts as 1: the decision falls back to counts.
     """
     names = list(dict.fromkeys(replicas))
     known = [r for r in (measured_rates.get(n) for n in names) if r is not None and r > 0]
-    fallback = median(known) if known else 1.0
+    fallback = fmean(known) if known else 1.0
     out: dict[str, float] = {}
     for name in names:
         rate = measured_rates.get(name)

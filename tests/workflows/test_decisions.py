@@ -47,15 +47,24 @@ def test_blast_radius_counts_serving_capacity_not_replicas() -> None:
     assert decision.capacity_out_after == pytest.approx(70 / 210, abs=1e-4)
 
 
-def test_an_unmeasured_replica_counts_as_the_median_and_nothing_measured_falls_back_to_counts() -> (
+def test_an_unmeasured_replica_counts_as_the_average_and_nothing_measured_falls_back_to_counts() -> (
     None
 ):
-    assert serving_capacity(["a", "b", "c"], {"a": 10.0, "b": 30.0, "c": None}) == {
+    assert serving_capacity(["a", "b", "c"], {"a": 10.0, "b": 40.0, "c": None}) == {
         "a": 10.0,
-        "b": 30.0,
-        "c": 20.0,
+        "b": 40.0,
+        "c": 25.0,
     }
     assert serving_capacity(["a", "b"], {}) == {"a": 1.0, "b": 1.0}
+
+
+def test_one_dead_replica_of_four_is_a_quarter_of_capacity_however_noisy_the_survivors() -> None:
+    capacity = serving_capacity(
+        ["a", "b", "c", "dead"], {"a": 19.2, "b": 20.9, "c": 21.4, "dead": None}
+    )
+    decision = check_blast_radius(capacity, [], "dead", 0.25)
+    assert decision.allowed
+    assert decision.capacity_out_after == pytest.approx(0.25, abs=1e-4)
 
 
 def test_a_failed_probe_doubles_the_cool_down_up_to_the_bound_and_a_pass_resets_it() -> None:
