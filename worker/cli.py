@@ -100,22 +100,62 @@ def up() -> None:
 
 
 @app.command()
-def demo() -> None:
-    """Run the default drill (one replica of four lost, a warm spare ready) and leave the UI up."""
-    not_implemented("demo")
+def demo(
+    speed: Annotated[float, typer.Option(help="Simulated-time speed-up of the fleet.")] = 1.0,
+) -> None:
+    """Run the default drill (one replica of four lost, a warm spare ready) and leave the UI up.
+
+    The Temporal Web UI stays up at the end (its address is printed) until Ctrl-C.
+    """
+    from worker.drill import DEFAULT_SCENARIO, DrillOptions
+    from worker.drill_cli import run_drill_command
+
+    s = settings_or_exit()
+    options = DrillOptions(scenario=DEFAULT_SCENARIO, speed=speed, keep_up=True)
+    _leave(run_drill_command(s, options, json_out=False, wait_after=True))
 
 
 @app.command()
 def drill(
-    scenario: Annotated[str, typer.Argument(help="Scenario name or YAML file.")],
+    scenario: Annotated[
+        str, typer.Argument(help="Scenario name (see `python -m fleetsim scenarios`) or YAML file.")
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     speed: Annotated[float, typer.Option(help="Simulated-time speed-up of the fleet.")] = 1.0,
     auto_approve: Annotated[
         bool, typer.Option("--auto-approve", help="Approve every gate (recorded).")
     ] = False,
+    timeout: Annotated[float, typer.Option(help="Wall-clock limit in seconds.")] = 900.0,
+    free_ports: Annotated[
+        bool,
+        typer.Option("--free-ports", help="Pick free ports (beside a running `fleetmend up`)."),
+    ] = False,
 ) -> None:
     """Run a fleetsim scenario end to end on the real stack and report the outcome."""
-    not_implemented("drill")
+    from pydantic import ValidationError
+
+    from worker.drill import DrillOptions
+    from worker.drill_cli import run_drill_command
+
+    s = settings_or_exit()
+    try:
+        options = DrillOptions(
+            scenario=scenario,
+            speed=speed,
+            auto_approve=auto_approve,
+            timeout_s=timeout,
+            free_ports=free_ports,
+        )
+    except ValidationError as exc:
+        fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
+    _leave(run_drill_command(s, options, json_out=json_out, wait_after=False))
+
+
+def _leave(code: int) -> NoReturn:
+    # Same reason as _run_operator: skip interpreter finalisation under the Temporal runtime.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command()

@@ -49,7 +49,7 @@ class DrillError(RuntimeError):
 
 class DrillOptions(BaseModel):
     scenario: str = DEFAULT_SCENARIO
-    speed: float = Field(1.0, gt=0, le=100)
+    speed: float = Field(1.0, ge=1, le=100)
     auto_approve: bool = False
     # The demo keeps the stack (and the Web UI) up after the drill; drills tear it down.
     keep_up: bool = False
@@ -186,6 +186,8 @@ class Drill:
             "state_dir": self.run_dir,
             "kubeconfig": kubeconfig,
             "intake_token": SecretStr(self.token),
+            # The incident's own waits follow the fleet's clock.
+            "time_scale": max(1.0, self.options.speed),
         }
         if self.options.free_ports:
             update |= {

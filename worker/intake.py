@@ -101,6 +101,24 @@ class IntakeOptions(BaseSettings):
     )
 
 
+def incident_input(settings: Settings, lost: LostReplica) -> IncidentInput:
+    """The incident's start argument: the pool, the safety limits and the (scaled) waits."""
+    defaults = IncidentInput(namespace=lost.namespace, pool=lost.pool)
+    scale = settings.time_scale
+    return IncidentInput(
+        namespace=lost.namespace,
+        pool=lost.pool,
+        dry_run=lost.dry_run or settings.dry_run,
+        blast_radius_fraction=settings.blast_radius_fraction,
+        auto_shed_tier_limit=settings.auto_shed_tier_limit,
+        gate_timeout_s=settings.gate_timeout_s / scale,
+        cooldown_s=defaults.cooldown_s / scale,
+        cooldown_max_s=defaults.cooldown_max_s / scale,
+        probe_window_s=defaults.probe_window_s / scale,
+        ramp_step_interval_s=defaults.ramp_step_interval_s / scale,
+    )
+
+
 class TemporalUnavailable(Exception):
     """Temporal did not answer in time: the whole request is answered 503, to be retried."""
 
@@ -405,14 +423,7 @@ async def _deliver_pool(
             state.metrics.accepted.labels(outcome="duplicate").inc()
             continue
         lost = item.lost
-        incident = IncidentInput(
-            namespace=lost.namespace,
-            pool=lost.pool,
-            dry_run=lost.dry_run or state.settings.dry_run,
-            blast_radius_fraction=state.settings.blast_radius_fraction,
-            auto_shed_tier_limit=state.settings.auto_shed_tier_limit,
-            gate_timeout_s=state.settings.gate_timeout_s,
-        )
+        incident = incident_input(state.settings, lost)
 
         async def start(
             client: Client, lost: LostReplica = lost, incident: IncidentInput = incident

@@ -90,6 +90,16 @@ class Settings(BaseSettings):
     dry_run: bool = Field(
         False, description="Record every mutating step's intent in the ledger and apply nothing."
     )
+    time_scale: float = Field(
+        1.0,
+        ge=1,
+        le=1000,
+        description=(
+            "Drills only: an incident's own waits (ramp steps, cool-downs, probe windows, "
+            "gate timeouts) are divided by this, to match a fleet simulated faster than real "
+            "time. Production keeps 1."
+        ),
+    )
     max_concurrent_activities: int = Field(
         16, ge=1, le=512, description="Activities the worker runs at once (its thread pool size)."
     )

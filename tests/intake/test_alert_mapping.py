@@ -168,3 +168,18 @@ def test_unknown_payload_keys_of_newer_alertmanagers_are_ignored() -> None:
     }
     parsed = AlertmanagerWebhook.model_validate(payload)
     assert parsed.alerts[0].labels["pool"] == "p"
+
+
+def test_the_incident_input_carries_the_limits_and_a_drill_scales_only_the_waits() -> None:
+    from worker.intake import incident_input
+    from worker.settings import load_settings
+    from workflows.types import LostReplica
+
+    lost = LostReplica(namespace="serving", pool="llm", pod="llm-0")
+    production = incident_input(load_settings(blast_radius_fraction=0.5), lost)
+    drill = incident_input(load_settings(blast_radius_fraction=0.5, time_scale=10), lost)
+    assert production.blast_radius_fraction == drill.blast_radius_fraction == 0.5
+    assert production.ramp_step_interval_s == 60.0 and drill.ramp_step_interval_s == 6.0
+    assert production.gate_timeout_s == 900.0 and drill.gate_timeout_s == 90.0
+    assert drill.cooldown_s == production.cooldown_s / 10
+    assert drill.probe_share == production.probe_share
