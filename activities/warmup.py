@@ -73,6 +73,12 @@ def warmup_verdict(
     )
 
 
+def _label_safe(name: str) -> str:
+    """The label-value form fleets use for a model name ("org/name" -> "org--name")."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "-_." else "--" for ch in name)
+    return cleaned.strip("-_.")[:63].rstrip("-_.")
+
+
 class WarmupActivities:
     """Sends warm-up requests to a replica's own address, bypassing the router."""
 
@@ -83,6 +89,29 @@ class WarmupActivities:
         if not ref.metrics_url:
             raise PermanentError(f"warm up pod {ref.namespace}/{ref.name}: no address known")
         return ref.metrics_url.rstrip("/").removesuffix("/metrics") + "/v1/chat/completions"
+
+    def _served_model(self, url: str, wanted: str, timeout: float) -> str:
+        """The model id the replica itself serves (`/v1/models`).
+
+        The pool's `model` label is a label-safe form of the name ("org--name" for
+        "org/name"), so the id a request must carry is read from the replica, and checked
+        against the label so a replica serving another model is never warmed as this one.
+        """
+        models_url = url.removesuffix("/chat/completions") + "/models"
+        with http_errors("list served models", models_url):
+            response = self.http.get(models_url, timeout=timeout)
+            response.raise_for_status()
+        ids = [str(m.get("id")) for m in response.json().get("data", []) if m.get("id")]
+        if not ids:
+            raise TemporaryError(f"list served models {models_url}: the replica serves none")
+        if not wanted:
+            return ids[0]
+        for served in ids:
+            if wanted in (served, _label_safe(served)):
+                return served
+        raise PermanentError(
+            f"warm up {models_url}: the replica serves {ids}, not the pool's model {wanted!r}"
+        )
 
     def _request(self, url: str, model: str, max_tokens: int, timeout: float) -> float:
         """One streamed completion; returns its time to first token in seconds."""
@@ -135,19 +164,18 @@ class WarmupActivities:
         """Short, medium and concurrent requests; pass if TTFT dropped."""
         url = self._url(input.replica)
         t = input.request_timeout_s
-        before, f0 = self._batch(url, input.model, input.short_tokens, 1, t, parallel=False)
-        _, f1 = self._batch(
-            url, input.model, input.short_tokens, input.short_requests, t, parallel=False
-        )
+        model = self._served_model(url, input.model, t)
+        before, f0 = self._batch(url, model, input.short_tokens, 1, t, parallel=False)
+        _, f1 = self._batch(url, model, input.short_tokens, input.short_requests, t, parallel=False)
         _, f2 = self._batch(
-            url, input.model, input.medium_tokens, input.medium_requests, t, parallel=False
+            url, model, input.medium_tokens, input.medium_requests, t, parallel=False
         )
         heartbeat()
         _, f3 = self._batch(
-            url, input.model, input.short_tokens, input.concurrent_requests, t, parallel=True
+            url, model, input.short_tokens, input.concurrent_requests, t, parallel=True
         )
         heartbeat()
-        after, f4 = self._batch(url, input.model, input.short_tokens, 1, t, parallel=False)
+        after, f4 = self._batch(url, model, input.short_tokens, 1, t, parallel=False)
         failures = f0 + f1 + f2 + f3 + f4
         sent = 2 + input.short_requests + input.medium_requests + input.concurrent_requests
         ttft_before = before[0] if before else None

@@ -80,3 +80,37 @@ def test_a_replica_that_fails_warm_up_is_reported_failed(
     assert not result.passed
     assert result.failures == result.requests_sent == 14
     assert "failed" in result.reason
+
+
+def test_the_pools_label_safe_model_name_warms_the_replica_serving_the_real_name(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    real_name = "meta-llama/Llama-3.1-70B-Instruct"
+    handle = fleet_factory(scenario(rate=0, model=real_name))
+    spare = handle.ref(handle.pods(f"app={POOL},pool=warm")[0])
+    label_form = handle.store.get("pods", spare.name, namespace=NS)["metadata"]["labels"]["model"]
+    assert label_form == "meta-llama--Llama-3.1-70B-Instruct"
+
+    result = ActivityEnvironment().run(
+        WarmupActivities(handle.http).warm_up_replica, WarmupInput(replica=spare, model=label_form)
+    )
+
+    assert result.passed, result.reason
+    assert result.failures == 0
+
+
+def test_a_replica_serving_another_model_is_not_warmed_as_this_one(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    handle = fleet_factory(scenario(rate=0))
+    spare = handle.ref(handle.pods(f"app={POOL},pool=warm")[0])
+
+    with pytest.raises(ApplicationError) as err:
+        ActivityEnvironment().run(
+            WarmupActivities(handle.http).warm_up_replica,
+            WarmupInput(replica=spare, model="some-other-model"),
+        )
+    assert "not the pool's model 'some-other-model'" in str(err.value)
+    assert err.value.non_retryable
