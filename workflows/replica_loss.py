@@ -134,11 +134,6 @@ SA_POOL = SearchAttributeKey.for_keyword("IncidentPool")
 SA_SEVERITY = SearchAttributeKey.for_keyword("IncidentSeverity")
 SA_STEP = SearchAttributeKey.for_keyword("IncidentStep")
 
-# Verification is retried this often before the emergency measures are left in place:
-# a replacement can still be loading weights when the ramp ends.
-VERIFY_ATTEMPTS = 3
-VERIFY_INTERVAL = timedelta(minutes=2)
-
 
 class IncidentAborted(Exception):
     """An operator sent `abort`: the running step is cancelled and the saga unwinds."""
@@ -410,10 +405,9 @@ class ReplicaLossWorkflow:
         )
         for pod in pending:
             if pod not in routing.still_routable:
-                # The EndpointSlice already says not ready and the Service honours it.
-                s.derouted.append(pod)
+                # Out of the ready set for now; the label still comes off, so a node that
+                # comes back cannot route traffic to a replica nobody has qualified.
                 self._note("deroute", "already out of the ready set", {"pod": pod})
-                continue
             decision = check_blast_radius(
                 s.facts.capacity, s.derouted, pod, self.input.blast_radius_fraction
             )
@@ -801,6 +795,8 @@ class ReplicaLossWorkflow:
                 warmed_pods=warmed,
                 ttft_slo_s=self.input.ttft_slo_s,
                 probe_share=self.input.probe_share,
+                steps=self.input.ramp_steps,
+                step_interval_s=self.input.ramp_step_interval_s,
             ),
             RAMP_OPTIONS,
         )
@@ -918,7 +914,7 @@ class ReplicaLossWorkflow:
         s = self.state
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
         new = [PodRef.model_validate(p) for p in s.new_replicas]
-        for attempt in range(1, VERIFY_ATTEMPTS + 1):
+        for attempt in range(1, self.input.verify_attempts + 1):
             capacity = await workflow.execute_activity_method(
                 ClusterActivities.verify_capacity,
                 VerifyCapacityInput(
@@ -954,8 +950,9 @@ class ReplicaLossWorkflow:
             s.verified = capacity.passed and serving.passed
             if s.verified or s.dry_run:
                 return
-            if attempt < VERIFY_ATTEMPTS:
-                await workflow.sleep(VERIFY_INTERVAL)
+            if attempt < self.input.verify_attempts:
+                # A replacement can still be loading weights when the ramp ends.
+                await workflow.sleep(timedelta(seconds=self.input.verify_interval_s))
 
     async def roll_back_emergency_measures(self) -> None:
         """Undo the emergency tightening only once the warm floor is restored; fix misplacements."""
@@ -1148,13 +1145,17 @@ class ReplicaLossWorkflow:
         return gate.outcome == "approved"
 
     async def _notify(self, milestone: str, title: str, facts: list[Fact], text: str = "") -> None:
-        await self._act(
-            "notify",
-            milestone,
-            NotifyActivities.notify_incident_channel,
-            lambda **op: NotifyInput(**op, title=title, facts=facts, text=text),
-            NOTIFY_OPTIONS,
-        )
+        """Tell the incident channel; a channel that is down never stops the recovery."""
+        try:
+            await self._act(
+                "notify",
+                milestone,
+                NotifyActivities.notify_incident_channel,
+                lambda **op: NotifyInput(**op, title=title, facts=facts, text=text),
+                NOTIFY_OPTIONS,
+            )
+        except ActivityError as err:
+            self._note("notify", f"not delivered: {_cause(err)}", {"title": title})
 
     async def _compensate(self, why: str) -> None:
         """Unwind the saga newest first; a failed undo is recorded and the rest still run."""

@@ -96,6 +96,12 @@ class IncidentInput(BaseModel):
     probe_window_s: float = 60.0
     max_probes: int = 4
     ttft_slo_s: float = 2.0
+    # The ramp restores traffic over minutes (runbook, ramp_back.py): steps x interval.
+    ramp_steps: int = 5
+    ramp_step_interval_s: float = 60.0
+    # Verification retries while a replacement may still be loading weights.
+    verify_attempts: int = 3
+    verify_interval_s: float = 120.0
     # Carried by continue-as-new; None on the first run.
     state: IncidentState | None = None
     # Tests force continue-as-new with a small history; production trusts Temporal's hint.
