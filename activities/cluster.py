@@ -285,6 +285,23 @@ class ScaleResult(BaseModel):
 SCALE_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
 
 
+class WarmWorkloadInput(BaseModel):
+    namespace: str
+    pods: list[str]
+
+
+class WarmWorkloadResult(BaseModel):
+    """The controller that owns the warm spares: scaling it up rebuilds the warm floor."""
+
+    kind: Literal["Deployment", "LeaderWorkerSet"] | None = None
+    name: str | None = None
+    replicas: int = 0
+    reason: str = ""
+
+
+WARM_WORKLOAD_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+
+
 class LeadTimeInput(BaseModel):
     namespace: str
     pool: str
@@ -1493,6 +1510,35 @@ class ClusterActivities:
             apply=apply,
         )
         return DemoteWarmResult(pods=input.pods, applied_now=outcome.applied_now)
+
+    @activity.defn
+    def find_warm_workload(self, input: WarmWorkloadInput) -> WarmWorkloadResult:
+        """The Deployment or LeaderWorkerSet whose selector owns the (promoted) warm spares."""
+        pods = [
+            self._call(
+                "get",
+                f"pod {input.namespace}/{name}",
+                self.core.read_namespaced_pod,
+                name,
+                input.namespace,
+            )
+            for name in input.pods
+        ]
+        if not pods:
+            return WarmWorkloadResult(reason="no warm spare named")
+        for kind, name, selector, obj in self._controllers(input.namespace):
+            if kind not in ("Deployment", "LeaderWorkerSet"):
+                continue
+            if all(selector_matches(selector, _labels(p)) for p in pods):
+                replicas = (
+                    int(obj.spec.replicas or 0)
+                    if kind == "Deployment"
+                    else int((obj.get("spec") or {}).get("replicas") or 0)
+                )
+                return WarmWorkloadResult(kind=kind, name=name, replicas=replicas)  # type: ignore[arg-type]
+        return WarmWorkloadResult(
+            reason=f"no Deployment or LeaderWorkerSet selects {', '.join(input.pods)}"
+        )
 
     @activity.defn
     def scale_pool(self, input: ScaleInput) -> ScaleResult:

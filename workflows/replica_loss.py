@@ -84,6 +84,7 @@ with workflow.unsafe.imports_passed_through():
         RELOCATE_OPTIONS,
         SCALE_OPTIONS,
         VERIFY_CAPACITY_OPTIONS,
+        WARM_WORKLOAD_OPTIONS,
         AssessInput,
         ClusterActivities,
         DemoteWarmInput,
@@ -97,6 +98,7 @@ with workflow.unsafe.imports_passed_through():
         RoutingStateInput,
         ScaleInput,
         VerifyCapacityInput,
+        WarmWorkloadInput,
     )
     from activities.common import PodRef
     from activities.gateway import (
@@ -307,6 +309,9 @@ class ReplicaLossWorkflow:
         await self._step("inflight", self.decide_inflight_requests)
         if self._warm_capacity_available():
             await self._step("promote-warm", self.promote_warm_capacity)
+            # Incidents recorded before this step existed replay without it.
+            if workflow.patched("rebuild-warm-floor"):
+                await self._step("rebuild-warm-floor", self.rebuild_warm_floor)
         else:
             await self._step("provision", self.provision_capacity)
         await self._step("reschedule", self.reschedule_replacement)
@@ -629,6 +634,60 @@ class ReplicaLossWorkflow:
             )
         self._evidence(
             promoted=promoted, skipped=result.skipped, probe_share=self.input.probe_share
+        )
+
+    async def rebuild_warm_floor(self) -> None:
+        """Scaling comes after promotion, and its job is to rebuild the warm floor just spent."""
+        s = self.state
+        promoted = [p["name"] for p in s.new_replicas]
+        if not promoted:
+            self._evidence(scale="nothing promoted: the warm floor is untouched")
+            return
+        owner = await workflow.execute_activity_method(
+            ClusterActivities.find_warm_workload,
+            WarmWorkloadInput(namespace=s.namespace, pods=promoted),
+            **WARM_WORKLOAD_OPTIONS,
+        )
+        if owner.kind is None or owner.name is None:
+            self._evidence(scale=f"cannot rebuild the warm floor: {owner.reason}")
+            return
+        kind, name = owner.kind, owner.name
+        target = owner.replicas + len(promoted)
+        forward = self._op("rebuild-warm-floor", f"{kind.lower()}/{name}")
+        entry = saga.register(
+            s,
+            forward_op_id=forward,
+            step="rebuild-warm-floor",
+            target=f"{kind.lower()}/{name}",
+            undo=ScaleInput(
+                **self._mutating(forward),
+                namespace=s.namespace,
+                kind=kind,
+                name=name,
+                replicas=owner.replicas,
+            ),
+        )
+        result = await self._act(
+            "rebuild-warm-floor",
+            f"{kind.lower()}/{name}",
+            ClusterActivities.scale_pool,
+            lambda **op: ScaleInput(
+                **op, namespace=s.namespace, kind=kind, name=name, replicas=target
+            ),
+            SCALE_OPTIONS,
+        )
+        saga.refine(
+            entry,
+            ScaleInput(
+                **self._mutating(forward),
+                namespace=s.namespace,
+                kind=kind,
+                name=name,
+                replicas=result.previous_replicas,
+            ),
+        )
+        self._evidence(
+            workload=f"{kind}/{name}", replicas_from=result.previous_replicas, replicas_to=target
         )
 
     async def provision_capacity(self) -> None:

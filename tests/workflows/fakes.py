@@ -47,6 +47,8 @@ from activities.cluster import (
     VerifyCapacityInput,
     VerifyCapacityResult,
     WarmFloor,
+    WarmWorkloadInput,
+    WarmWorkloadResult,
 )
 from activities.common import Check, PodRef
 from activities.gateway import (
@@ -115,6 +117,7 @@ class Fleet:
     nodes: dict[str, Node] = field(default_factory=dict)
     shed_tier: int = 0
     replicas: int = 0
+    warm_replicas: int = 0
     dead: set[str] = field(default_factory=set)
     # What the survivors' pressure asks for (a D-level of the degradation ladder).
     wanted_tier: int = 2
@@ -141,7 +144,7 @@ class Fleet:
         warm: int = 1,
         rates: dict[int, float] | None = None,
     ) -> Fleet:
-        fleet = cls(namespace=namespace, pool=pool, replicas=serving)
+        fleet = cls(namespace=namespace, pool=pool, replicas=serving, warm_replicas=warm)
         for i in range(serving):
             node = f"gpu-{pool}-{i}"
             fleet.nodes[node] = Node()
@@ -163,6 +166,7 @@ class Fleet:
                 "nodes": {n: vars(x) for n, x in self.nodes.items()},
                 "shed_tier": self.shed_tier,
                 "replicas": self.replicas,
+                "warm_replicas": self.warm_replicas,
             }
         )
 
@@ -329,14 +333,25 @@ class FakeActivities:
 
         return f._effect("demote_warm", input, apply)
 
+    @activity.defn(name="find_warm_workload")
+    async def find_warm_workload(self, input: WarmWorkloadInput) -> WarmWorkloadResult:
+        f = self.fleet
+        f._enter("find_warm_workload", input)
+        return WarmWorkloadResult(
+            kind="Deployment", name=f"{f.pool}-warm", replicas=f.warm_replicas
+        )
+
     @activity.defn(name="scale_pool")
     async def scale_pool(self, input: ScaleInput) -> ScaleResult:
         f = self.fleet
         f._enter("scale_pool", input)
-        previous = f.replicas
+        warm = input.name.endswith("-warm")
+        previous = f.warm_replicas if warm else f.replicas
 
         def apply() -> ScaleResult:
-            if not input.dry_run:
+            if not input.dry_run and warm:
+                f.warm_replicas = input.replicas
+            elif not input.dry_run:
                 f.replicas = input.replicas
             return ScaleResult(
                 kind=input.kind,

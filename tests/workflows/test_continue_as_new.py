@@ -15,6 +15,7 @@ RUNBOOK = [
     "protect",
     "inflight",
     "promote-warm",
+    "rebuild-warm-floor",
     "reschedule",
     "triage",
     "ramp",

@@ -12,6 +12,7 @@ MUTATING = {
     "apply_shed_tier",
     "apply_retry_contract",
     "promote_warm",
+    "scale_pool",
     "triage_node",
     "ramp_traffic",
     "notify_incident_channel",

@@ -32,6 +32,7 @@ async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_
         "protect",
         "inflight",
         "promote-warm",
+        "rebuild-warm-floor",
         "reschedule",
         "triage",
         "ramp",
@@ -40,6 +41,8 @@ async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_
     ]
     assert fleet.pods[f"{fleet.pool}-3"].routed is False
     assert fleet.pods[f"{fleet.pool}-warm-0"].routed is True
+    # The spare that was promoted is replaced: scaling rebuilds the warm floor.
+    assert fleet.warm_replicas == 2
     assert fleet.shed_tier == 0
     assert all(count == 1 for count in fleet.applied.values())
     assert status.step == "closed"

@@ -58,6 +58,8 @@ WARM_CASES = [
     ("protect", "apply_shed_tier", None),
     ("inflight", "apply_retry_contract", None),
     ("promote-warm", "promote_warm", None),
+    ("rebuild-warm-floor", "find_warm_workload", None),
+    ("rebuild-warm-floor", "scale_pool", None),
     ("reschedule", "diagnose_pending", None),
     ("triage", "triage_node", None),
     ("ramp", "warm_up_replica", None),
