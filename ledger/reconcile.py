@@ -9,8 +9,11 @@ locked by one is skipped by the other), and a later run does not report a row ag
 finding exists: the ``NOT EXISTS`` filter skips it, the unique key backs that up when two
 runs' snapshots overlap).
 
-- duplicate: two applied operations with the same incident, kind and target, consecutive
-  in applied order, with no compensation of the first applied between them.
+- duplicate: two applied operations with the same incident, kind, target and intent,
+  consecutive in applied order, with no compensation of the first applied between them.
+  The same intent is what makes the second a duplicate: a ramp that sets a pod's weight
+  to 10, then 40, then 100 changes one target three times on purpose, while labelling
+  the same pod the same way under two operation ids is one effect applied twice.
 - orphan: proposed or applied, never confirmed, untouched for longer than the grace
   period (a live claim means someone is applying it now: not an orphan).
 - drift: an emergency measure that was applied and whose rollback (an operation that
@@ -105,6 +108,7 @@ WITH groups AS (
     SELECT d.* FROM groups
     CROSS JOIN LATERAL (
         SELECT d.op_id, d.incident_id, d.kind, d.target, d.applied_at, d.compensates,
+               d.intent = lag(d.intent) OVER w AS same_intent,
                lag(d.op_id) OVER w AS prev_op_id,
                lag(d.applied_at) OVER w AS prev_applied_at
         FROM operations d
@@ -115,6 +119,7 @@ WITH groups AS (
 ), pairs AS (
     SELECT p.* FROM ordered p
     WHERE p.prev_op_id IS NOT NULL
+      AND p.same_intent
       AND p.compensates IS DISTINCT FROM p.prev_op_id
       AND NOT EXISTS (
           SELECT 1 FROM operations c

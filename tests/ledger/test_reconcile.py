@@ -54,6 +54,25 @@ def test_a_cordon_undone_before_the_next_cordon_is_not_a_duplicate(
     assert report.duplicates == []
 
 
+def test_changing_one_target_step_by_step_is_not_a_duplicate_but_repeating_a_step_is(
+    ledger: Ledger, db_engine: Engine
+) -> None:
+    target = "serving/pod/llm-warm-0"
+    for step, weight in (("10", 10), ("40", 40), ("100", 100)):
+        ledger.run_once(
+            spec(f"ramp/{step}", "router-weights", target, intent={"weight": weight}), done, done
+        )
+    assert reconcile(db_engine, incident_id=INCIDENT, grace=0).duplicates == []
+
+    again = ledger.run_once(
+        spec("ramp/100-again", "router-weights", target, intent={"weight": 100}), done, done
+    )
+    report = reconcile(db_engine, incident_id=INCIDENT, grace=0)
+    assert [(f.op_id, f.related_op_id) for f in report.duplicates] == [
+        (again.op_id, f"{INCIDENT}/ramp/100")
+    ]
+
+
 def test_proposed_or_applied_operations_never_confirmed_after_the_grace_are_orphans(
     ledger: Ledger, db_engine: Engine
 ) -> None:
