@@ -1452,6 +1452,17 @@ class ClusterActivities:
                 promoted.append(name)
             return {"promoted": promoted, "skipped": skipped, "selector": selector}
 
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            # Read back: the pods this operation stamped, and that they now carry the label.
+            stamped = [
+                p
+                for p in self._list_pods(input.namespace, selector)
+                if _annotations(p).get(s.op_annotation) == op_id
+            ]
+            if any(_labels(p).get(s.router_label) != s.router_label_value for p in stamped):
+                return None
+            return {"routed": sorted(p.metadata.name for p in stamped)}
+
         outcome = run_effect(
             self.runner,
             input,
@@ -1464,6 +1475,7 @@ class ClusterActivities:
                 "weight": input.weight if input.mode == "weight" else None,
             },
             apply=apply,
+            confirm=confirm,
         )
         refs = []
         for name in outcome.result.get("promoted", []):
@@ -1501,6 +1513,15 @@ class ClusterActivities:
                 demoted.append(name)
             return {"demoted": demoted}
 
+        def confirm(_op_id: str) -> dict[str, Any] | None:
+            still = [
+                name
+                for name in input.pods
+                if (pod := self._try_read_pod(input.namespace, name)) is not None
+                and s.router_label in _labels(pod)
+            ]
+            return None if still else {"unrouted": list(input.pods)}
+
         outcome = run_effect(
             self.runner,
             input,
@@ -1508,6 +1529,7 @@ class ClusterActivities:
             target=f"{input.namespace}/pod/{input.pods[0]}",
             intent={"pods": input.pods, "mode": input.mode},
             apply=apply,
+            confirm=confirm,
         )
         return DemoteWarmResult(pods=input.pods, applied_now=outcome.applied_now)
 

@@ -14,6 +14,8 @@ the router reads them from the Service annotation: 0 none, 1 parameter degrade (
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import httpx
@@ -300,6 +302,14 @@ class Gateway(Protocol):
     def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]: ...
 
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None: ...
+
+
+def weights_visible(
+    gateway: Gateway, namespace: str, weights: Mapping[str, int | None], _op_id: str
+) -> dict[str, Any] | None:
+    """Confirmation of a weight change: the gateway reads back exactly what was written."""
+    current = gateway.read_weights(namespace, sorted(weights))
+    return {"weights": current} if current == dict(weights) else None
 
 
 RETRY_BEFORE_FIRST_BYTE = "retry-before-first-byte"
@@ -667,6 +677,9 @@ class GatewayActivities:
             target=f"{input.namespace}/pod/{sorted(input.weights)[0]}",
             intent={"weights": input.weights},
             apply=apply,
+            confirm=functools.partial(
+                weights_visible, self.gateway, input.namespace, input.weights
+            ),
         )
         recorded = outcome.result.get("previous", previous)
         return RouterWeightsResult(

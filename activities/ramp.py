@@ -24,7 +24,7 @@ from activities.common import (
     heartbeat,
     run_effect,
 )
-from activities.gateway import Gateway
+from activities.gateway import Gateway, weights_visible
 from activities.metrics import request_rate, sample_window, ttft_p99
 
 RampAction = Literal["advance", "hold", "back-off", "not-warmed"]
@@ -288,6 +288,9 @@ class RampActivities:
                 target=f"{input.namespace}/pod/{pods[0]}",
                 intent={"ramp_step": index},
                 apply=functools.partial(self._write, input.namespace, weights),
+                confirm=functools.partial(
+                    weights_visible, self.gateway, input.namespace, dict(weights)
+                ),
                 op_id=f"{input.op_id}/step-{index}",
             )
             applied_any = applied_any or outcome.applied_now
