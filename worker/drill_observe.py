@@ -29,6 +29,7 @@ class LostEndpoint:
     out_at: float | None = None
     routed_at_out: int | None = None
     routed_after_out: int = 0
+    returned: int = 0
 
     @property
     def time_to_deroute_s(self) -> float | None:
@@ -121,6 +122,12 @@ class Observer:
             if lost.out_at is None and not in_set:
                 lost.out_at = now
                 lost.routed_at_out = self._routed(lost.pod)
+            elif lost.out_at is not None and in_set:
+                # Back in the ready set (a restarted container passed its probe): it left
+                # only when it leaves for good, so the clock and the count start again.
+                lost.out_at = None
+                lost.routed_at_out = None
+                lost.returned += 1
             elif lost.out_at is not None and lost.routed_at_out is not None:
                 lost.routed_after_out = self._routed(lost.pod) - lost.routed_at_out
         for (namespace, pool), floor in self.floors.items():

@@ -116,6 +116,8 @@ def incident_input(settings: Settings, lost: LostReplica) -> IncidentInput:
         cooldown_max_s=defaults.cooldown_max_s / scale,
         probe_window_s=defaults.probe_window_s / scale,
         ramp_step_interval_s=defaults.ramp_step_interval_s / scale,
+        verify_interval_s=defaults.verify_interval_s / scale,
+        verify_window_s=max(1.0, defaults.verify_window_s / scale),
     )
 
 

@@ -130,6 +130,8 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 
+ASSESS_RATE_WINDOW_S = 1.0
+
 SA_ID = SearchAttributeKey.for_keyword("IncidentId")
 SA_NAMESPACE = SearchAttributeKey.for_keyword("IncidentNamespace")
 SA_POOL = SearchAttributeKey.for_keyword("IncidentPool")
@@ -346,7 +348,9 @@ class ReplicaLossWorkflow:
         s.assessed_losses = assessed
         rates = await workflow.execute_activity_method(
             MetricsActivities.read_replica_rates,
-            RatesInput(targets=result.survivors),
+            # A short window: the dead endpoint is still routed while this runs, and a lost
+            # replica counts as the survivors' average whatever the window's noise.
+            RatesInput(targets=result.survivors, interval_s=ASSESS_RATE_WINDOW_S),
             **READ_RATES_OPTIONS,
         )
         measured = {r.pod: r.requests_per_s for r in rates.replicas}
@@ -991,7 +995,11 @@ class ReplicaLossWorkflow:
             serving = await workflow.execute_activity_method(
                 MetricsActivities.verify_serving,
                 VerifyServingInput(
-                    survivors=survivors, new_replicas=new, ttft_slo_s=self.input.ttft_slo_s
+                    survivors=survivors,
+                    new_replicas=new,
+                    ttft_slo_s=self.input.ttft_slo_s,
+                    waiting_baseline=self.input.waiting_baseline,
+                    sample_interval_s=self.input.verify_window_s,
                 ),
                 **VERIFY_SERVING_OPTIONS,
             )

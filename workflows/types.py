@@ -102,6 +102,10 @@ class IncidentInput(BaseModel):
     # Verification retries while a replacement may still be loading weights.
     verify_attempts: int = 3
     verify_interval_s: float = 120.0
+    # Waiting requests per survivor that count as a drained queue: the fleet's own baseline
+    # (seed 002: thresholds come from two weeks of your data, not from a document).
+    waiting_baseline: float = 4.0
+    verify_window_s: float = 10.0
     # Carried by continue-as-new; None on the first run.
     state: IncidentState | None = None
     # Tests force continue-as-new with a small history; production trusts Temporal's hint.
