@@ -513,6 +513,7 @@ class ReplicaLossWorkflow:
                 pool=s.pool,
                 warm_floor_ready=warm,
                 warm_floor_target=warm,
+                compensates=forward,
             ),
         )
         limit = self.input.auto_shed_tier_limit
@@ -539,6 +540,7 @@ class ReplicaLossWorkflow:
                 restore_to=result.previous,
                 warm_floor_ready=warm,
                 warm_floor_target=warm,
+                compensates=forward,
             ),
         )
         s.shed_previous = result.previous.model_dump(mode="json")
@@ -1051,6 +1053,8 @@ class ReplicaLossWorkflow:
                 restore_to=restore_to,
                 warm_floor_ready=warm,
                 warm_floor_target=warm,
+                # The ledger links the rollback to the measure: no drift once it is confirmed.
+                compensates=self._op("protect", "shed-tier"),
             ),
             RESTORE_SHED_TIER_OPTIONS,
         )
