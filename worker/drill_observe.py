@@ -9,6 +9,7 @@ for the report's plots.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,16 +28,19 @@ class LostEndpoint:
     fault_at: float
     alert_at: float | None = None
     out_at: float | None = None
+    # The same two moments on the wall clock: fleetmend reacts in real time at any speed.
+    alert_wall: float | None = None
+    out_wall: float | None = None
     routed_at_out: int | None = None
     routed_after_out: int = 0
     returned: int = 0
 
     @property
     def time_to_deroute_s(self) -> float | None:
-        """Alert received -> endpoint out of the ready set (0 when it was out already)."""
-        if self.alert_at is None or self.out_at is None:
+        """Alert received -> endpoint out of the ready set, in wall seconds (0: out already)."""
+        if self.alert_wall is None or self.out_wall is None:
             return None
-        return round(max(0.0, self.out_at - self.alert_at), 3)
+        return round(max(0.0, self.out_wall - self.alert_wall), 3)
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Observer:
         lost = self.lost.get(f"{namespace}/{pod}")
         if lost is not None and lost.alert_at is None:
             lost.alert_at = at
+            lost.alert_wall = time.monotonic()
 
     def routable(self, namespace: str, pool: str) -> set[str]:
         """Pods the router would send a request to right now: its own ready set."""
@@ -121,11 +126,13 @@ class Observer:
             in_set = lost.pod in self.routable(lost.namespace, lost.pool)
             if lost.out_at is None and not in_set:
                 lost.out_at = now
+                lost.out_wall = time.monotonic()
                 lost.routed_at_out = self._routed(lost.pod)
             elif lost.out_at is not None and in_set:
                 # Back in the ready set (a restarted container passed its probe): it left
                 # only when it leaves for good, so the clock and the count start again.
                 lost.out_at = None
+                lost.out_wall = None
                 lost.routed_at_out = None
                 lost.returned += 1
             elif lost.out_at is not None and lost.routed_at_out is not None:
