@@ -22,6 +22,7 @@ runs' snapshots overlap).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -301,3 +302,40 @@ def findings(
             {"incident_id": incident_id, "run_id": run_id},
         ).all()
     return [Finding(r.kind, r.op_id, r.related_op_id, r.incident_id, dict(r.detail)) for r in rows]
+
+
+def store_findings(
+    engine: Engine,
+    *,
+    incident_id: str | None,
+    findings: list[tuple[str, str, dict[str, Any]]],
+    reconciler: str,
+) -> tuple[int, int]:
+    """Record findings concluded elsewhere (ReconcileWorkflow's comparison with the cluster).
+
+    One run row, then each (kind, op_id) at most once across all runs, like the SQL finders.
+    Returns the run id and how many findings were new.
+    """
+    run_id = start_run(engine, reconciler=reconciler, incident_id=incident_id, grace=0)
+    stored: list[Finding] = []
+    with engine.begin() as conn:
+        for kind, op_id, detail in findings:
+            row = conn.execute(
+                text(
+                    "INSERT INTO reconciliation_findings "
+                    "(run_id, kind, op_id, related_op_id, incident_id, detail) "
+                    "VALUES (:run_id, :kind, :op_id, NULL, :incident_id, CAST(:detail AS jsonb)) "
+                    "ON CONFLICT (kind, op_id) DO NOTHING RETURNING op_id"
+                ),
+                {
+                    "run_id": run_id,
+                    "kind": kind,
+                    "op_id": op_id,
+                    "incident_id": incident_id,
+                    "detail": json.dumps(detail, default=str),
+                },
+            ).first()
+            if row is not None:
+                stored.append(Finding(kind, op_id, None, incident_id, detail))
+    finish_run(engine, run_id, stored)
+    return run_id, len(stored)

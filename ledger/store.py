@@ -79,8 +79,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql import JSONB, insert as pg_insert
 
 from ledger.errors import (
     InvalidOperationSpec,
@@ -431,6 +430,14 @@ class Ledger:
             .order_by(_o.proposed_at, _o.op_id)
         )
         with self._db.connect() as conn:
+            return [OperationRecord.from_row(row) for row in conn.execute(stmt)]
+
+    def operations_since(self, since: datetime | None) -> list[OperationRecord]:
+        """Every operation proposed since `since` (all when None), in proposal order."""
+        stmt = select(operations, _CLAIM_REMAINING).order_by(_o.proposed_at, _o.op_id)
+        if since is not None:
+            stmt = stmt.where(_o.proposed_at >= since)
+        with self.engine.connect() as conn:
             return [OperationRecord.from_row(row) for row in conn.execute(stmt)]
 
     def propose(self, spec: OperationSpec | Mapping[str, Any]) -> OperationRecord:

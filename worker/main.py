@@ -27,8 +27,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST as PROM_CONTENT_TYPE
-from prometheus_client import REGISTRY, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST as PROM_CONTENT_TYPE,
+    REGISTRY,
+    Gauge,
+    generate_latest,
+)
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.applications import Starlette
@@ -88,11 +92,7 @@ def load_workflows() -> list[type]:
 
 
 def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Callable[[], None]]:
-    """Every activity bound to its clients, and the function that closes those clients.
-
-    ReconcileWorkflow's activities (read_ledger_operations, observe_effects,
-    store_findings) join this list once a module provides them.
-    """
+    """Every activity bound to its clients, and the function that closes those clients."""
     if settings.database_url is None:
         raise WorkerSetupError("FLEETMEND_DATABASE_URL is not set: every effect needs the ledger")
     import httpx
@@ -101,6 +101,7 @@ def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Calla
         from activities import ActivitySettings, build_activities
         from activities.effects import EffectRunner
         from activities.k8s import build_api_client
+        from activities.reconcile import ReconcileActivities
         from ledger.store import Ledger
     except ImportError as exc:
         raise WorkerSetupError(f"activities are not importable: {exc}") from exc
@@ -118,10 +119,13 @@ def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Calla
         notify_webhook_url=settings.notify_webhook_url,
         default_lead_time_s=settings.provision_lead_time_s,
     )
-    try:
-        activities = build_activities(api, EffectRunner(ledger), http, activity_settings)
-    except NotImplementedError as exc:
-        raise WorkerSetupError("activities.build_activities is not implemented yet") from exc
+    activities = build_activities(api, EffectRunner(ledger), http, activity_settings)
+    reconcile = ReconcileActivities(ledger, api, activity_settings)
+    activities += [
+        reconcile.read_ledger_operations,
+        reconcile.observe_effects,
+        reconcile.store_findings,
+    ]
 
     def close() -> None:
         http.close()

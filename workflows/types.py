@@ -11,6 +11,22 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio import workflow
+
+# The reconciliation's models live beside their activities; re-exported for the workflow.
+# Passed through: importing `activities` loads the Kubernetes and HTTP clients.
+with workflow.unsafe.imports_passed_through():
+    from activities.reconcile import (
+        Finding as Finding,
+        FindingKind as FindingKind,
+        FindingsInput as FindingsInput,
+        LedgerOperation as LedgerOperation,
+        LedgerOperations as LedgerOperations,
+        LedgerQuery as LedgerQuery,
+        ObservedEffect as ObservedEffect,
+        ObservedEffects as ObservedEffects,
+        ObserveInput as ObserveInput,
+    )
 
 WORKFLOW_NAME = "ReplicaLossWorkflow"
 SIGNAL_REPLICA_LOST = "replica_lost"
@@ -326,8 +342,6 @@ class GateDecision(BaseModel):
 
 # ----------------------------------------------------------------------------- reconciliation
 
-FindingKind = Literal["duplicate", "orphan", "drift"]
-
 
 class ReconcileInput(BaseModel):
     """Start argument of ReconcileWorkflow; no incident id means every incident since `since`."""
@@ -336,59 +350,6 @@ class ReconcileInput(BaseModel):
     namespace: str | None = None
     pool: str | None = None
     since: datetime | None = None
-
-
-class LedgerQuery(BaseModel):
-    incident_id: str | None = None
-    since: datetime | None = None
-
-
-class LedgerOperation(BaseModel):
-    """One operation as the ledger recorded it (the intent)."""
-
-    op_id: str
-    incident_id: str
-    kind: str
-    target: str
-    state: str
-    intent: dict[str, Any] = Field(default_factory=dict)
-    compensates: str | None = None
-    emergency: bool = False
-    dry_run: bool = False
-
-
-class LedgerOperations(BaseModel):
-    operations: list[LedgerOperation] = Field(default_factory=list)
-
-
-class ObserveInput(BaseModel):
-    operations: list[LedgerOperation]
-
-
-class ObservedEffect(BaseModel):
-    """What the cluster or gateway shows for one operation: how many times it is stamped there."""
-
-    op_id: str
-    present: bool
-    # Objects carrying this op id's stamp; more than one is a duplicate effect.
-    occurrences: int = 0
-    detail: str = ""
-
-
-class ObservedEffects(BaseModel):
-    effects: list[ObservedEffect] = Field(default_factory=list)
-
-
-class Finding(BaseModel):
-    kind: FindingKind
-    op_id: str
-    target: str
-    detail: str
-
-
-class FindingsInput(BaseModel):
-    incident_id: str | None
-    findings: list[Finding]
 
 
 class ReconcileReport(BaseModel):
