@@ -31,8 +31,11 @@ from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
-from pydantic_settings import SettingsError as PydanticSettingsError
+from pydantic_settings import (
+    BaseSettings,
+    SettingsConfigDict,
+    SettingsError as PydanticSettingsError,
+)
 
 from workflows.types import AlertResolved, FaultKind, LostReplica
 

@@ -13,8 +13,7 @@ import contextlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ledger.reconcile import findings as stored_findings
-from ledger.reconcile import reconcile
+from ledger.reconcile import findings as stored_findings, reconcile
 from ledger.report import (
     EffectRow,
     FindingRow,

@@ -35,8 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from fleetsim.kube import discovery, tables
-from fleetsim.kube import patch as patching
+from fleetsim.kube import discovery, patch as patching, tables
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.errors import (
     ApiError,

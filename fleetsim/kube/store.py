@@ -54,8 +54,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fleetsim.clock import Clock, WallClock
-from fleetsim.kube import defaults, validation
-from fleetsim.kube import patch as patching
+from fleetsim.kube import defaults, patch as patching, validation
 from fleetsim.kube.errors import (
     AlreadyExists,
     BadRequest,

@@ -10,8 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from fleetsim.clock import ManualClock, ScaledClock
-from fleetsim.contract import ANNOTATION_ROUTER_WEIGHT
-from fleetsim.contract import LABEL_LWS_WORKER_INDEX as LWS_WORKER_INDEX
+from fleetsim.contract import ANNOTATION_ROUTER_WEIGHT, LABEL_LWS_WORKER_INDEX as LWS_WORKER_INDEX
 from fleetsim.fleet import Fleet
 from fleetsim.kube import pods as kpods
 from tests.fleetsim.conftest import small, until
