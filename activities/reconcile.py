@@ -42,6 +42,8 @@ class LedgerOperation(BaseModel):
     compensates: str | None = None
     emergency: bool = False
     dry_run: bool = False
+    # What apply returned: names every object an operation that fans out touched.
+    result: dict[str, Any] | None = None
 
 
 class LedgerOperations(BaseModel):
@@ -88,6 +90,24 @@ OBSERVE_EFFECTS = "observe_effects"
 STORE_FINDINGS = "store_findings"
 
 
+def _names(value: Any) -> set[str]:
+    """Every string key and value inside an intent or a result."""
+    if isinstance(value, dict):
+        return {str(k) for k in value} | {n for v in value.values() for n in _names(v)}
+    if isinstance(value, list | tuple):
+        return {n for v in value for n in _names(v)}
+    return {value} if isinstance(value, str) else set()
+
+
+def _meant_objects(op: LedgerOperation) -> set[str]:
+    """The objects an operation names: its target, and the pods its intent or result lists."""
+    namespace = op.target.split("/")[0] if op.target.count("/") == 2 else None
+    meant = {op.target}
+    if namespace is not None:
+        meant |= {f"{namespace}/pod/{n}" for n in _names(op.intent) | _names(op.result)}
+    return meant
+
+
 class ReconcileActivities:
     """The ledger and the cluster, side by side, for ReconcileWorkflow."""
 
@@ -126,6 +146,7 @@ class ReconcileActivities:
                     compensates=r.compensates,
                     emergency=r.emergency,
                     dry_run=r.dry_run,
+                    result=r.result,
                 )
                 for r in records
             ]
@@ -180,17 +201,22 @@ class ReconcileActivities:
             found = self._target_stamp(target)
             if found is not None and found[1]:
                 holders.setdefault(found[1], []).append(found[0])
-        return ObservedEffects(
-            effects=[
+        effects = []
+        for op in input.operations:
+            holding = holders.get(op.op_id, [])
+            meant = _meant_objects(op)
+            # One operation may touch several objects on purpose (a ramp step sets every
+            # pod's weight); its stamp on an object it never named is the effect applied twice.
+            stray = [h for h in holding if h not in meant]
+            effects.append(
                 ObservedEffect(
                     op_id=op.op_id,
-                    present=bool(holders.get(op.op_id)),
-                    occurrences=len(holders.get(op.op_id, [])),
-                    detail=", ".join(holders.get(op.op_id, [])),
+                    present=bool(holding),
+                    occurrences=len(stray) + (1 if len(stray) < len(holding) else 0),
+                    detail=", ".join(holding),
                 )
-                for op in input.operations
-            ]
-        )
+            )
+        return ObservedEffects(effects=effects)
 
     @activity.defn(name=STORE_FINDINGS)
     def store_findings(self, input: FindingsInput) -> StoredFindings:

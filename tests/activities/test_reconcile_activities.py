@@ -80,3 +80,19 @@ def test_findings_are_stored_once_however_often_they_are_reported(
             {"i": INCIDENT},
         ).all()
     assert [(r.kind, r.op_id) for r in rows] == [("duplicate", op_id)]
+
+
+def test_an_operation_that_names_several_pods_may_stamp_each_of_them() -> None:
+    from activities.reconcile import LedgerOperation, _meant_objects
+
+    step = LedgerOperation(
+        op_id="x/ramp/step-1",
+        incident_id="x",
+        kind="router-weights",
+        target=f"{NS}/pod/llm-a",
+        state="confirmed",
+        intent={"ramp_step": 1},
+        result={"weights": {"llm-a": 250, "llm-b": 250}},
+    )
+    assert _meant_objects(step) >= {f"{NS}/pod/llm-a", f"{NS}/pod/llm-b"}
+    assert f"{NS}/pod/llm-c" not in _meant_objects(step)
