@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PACKAGES := workflows activities ledger worker fleetsim migrations
 
-.PHONY: venv demo up test lint fmt bench bench-quick clean
+.PHONY: venv demo up test lint fmt bench drills clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,6 +35,17 @@ test: lint
 
 bench: venv
 	$(PY) -m bench
+
+# Every shipped scenario as a drill (about a minute each at 20x); one JSON line per scenario
+# in .fleetmend/drills.jsonl and a non-zero exit if any drill found a duplicate or an orphan.
+drills: venv
+	@mkdir -p .fleetmend; : > .fleetmend/drills.jsonl; failed=0; \
+	for s in $$($(PY) -m fleetsim scenarios | cut -d: -f1); do \
+	  echo "== $$s"; \
+	  $(BIN)/fleetmend drill $$s --speed 20 --free-ports --auto-approve --json --timeout 600 \
+	    2>/dev/null | $(PY) -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' \
+	    >> .fleetmend/drills.jsonl || { echo "$$s: FAILED"; failed=1; }; \
+	done; exit $$failed
 
 clean:
 	rm -rf $(VENV) .fleetmend .pytest_cache .mypy_cache .ruff_cache
