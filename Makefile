@@ -36,15 +36,15 @@ test: lint
 bench: venv
 	$(PY) -m bench
 
-# Every shipped scenario as a drill (about a minute each at 20x); one JSON line per scenario
-# in .fleetmend/drills.jsonl and a non-zero exit if any drill found a duplicate or an orphan.
+# Every shipped scenario as a drill (about a minute each at 20x): its JSON in
+# .fleetmend/drill-SCENARIO.json, and a non-zero exit if any drill found a duplicate or an
+# orphan or did not finish.
 drills: venv
-	@mkdir -p .fleetmend; : > .fleetmend/drills.jsonl; failed=0; \
+	@mkdir -p .fleetmend; failed=0; \
 	for s in $$($(PY) -m fleetsim scenarios | cut -d: -f1); do \
 	  echo "== $$s"; \
 	  $(BIN)/fleetmend drill $$s --speed 20 --free-ports --auto-approve --json --timeout 600 \
-	    2>/dev/null | $(PY) -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' \
-	    >> .fleetmend/drills.jsonl || { echo "$$s: FAILED"; failed=1; }; \
+	    > .fleetmend/drill-$$s.json 2> .fleetmend/drill-$$s.log || { echo "$$s: FAILED"; failed=1; }; \
 	done; exit $$failed
 
 clean:
