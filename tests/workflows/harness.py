@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -54,20 +55,35 @@ def loss_of(
 
 @asynccontextmanager
 async def running_worker(client: Client, task_queue: str, fleet: Fleet) -> AsyncIterator[Worker]:
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[ReplicaLossWorkflow, ReconcileWorkflow],
-        activities=FakeActivities(fleet).all(),
-    ) as worker:
-        yield worker
+    try:
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[ReplicaLossWorkflow, ReconcileWorkflow],
+            activities=FakeActivities(fleet).all(),
+        ) as worker:
+            yield worker
+    finally:
+        # A test that failed part-way leaves its incident running with nobody to serve its
+        # activities, and the shared time-skipping server then stops skipping for every
+        # later test: end whatever this test left behind.
+        await _terminate_leftovers(client, task_queue)
+
+
+_STARTED: dict[str, list[WorkflowHandle[Any, Any]]] = {}
+
+
+async def _terminate_leftovers(client: Client, task_queue: str) -> None:
+    for handle in _STARTED.pop(task_queue, []):
+        with contextlib.suppress(Exception):
+            await handle.terminate(reason="test ended")
 
 
 async def report_loss(
     client: Client, task_queue: str, fleet: Fleet, loss: LostReplica, **input: Any
 ) -> WorkflowHandle[Any, Any]:
     """Signal-with-start exactly as `worker/intake.py` does it."""
-    return await client.start_workflow(
+    handle = await client.start_workflow(
         WORKFLOW_NAME,
         IncidentInput(namespace=fleet.namespace, pool=fleet.pool, **input),
         id=incident_workflow_id(fleet.namespace, fleet.pool),
@@ -77,6 +93,8 @@ async def report_loss(
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         result_type=IncidentResult,
     )
+    _STARTED.setdefault(task_queue, []).append(handle)
+    return handle
 
 
 async def status_of(handle: WorkflowHandle[Any, Any]) -> IncidentStatus:
