@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         RelocateInput,
         RoutingStateInput,
         ScaleInput,
+        ScaleResult,
         VerifyCapacityInput,
         WarmWorkloadInput,
     )
@@ -659,39 +660,7 @@ class ReplicaLossWorkflow:
             return
         kind, name = owner.kind, owner.name
         target = owner.replicas + len(promoted)
-        forward = self._op("rebuild-warm-floor", f"{kind.lower()}/{name}")
-        entry = saga.register(
-            s,
-            forward_op_id=forward,
-            step="rebuild-warm-floor",
-            target=f"{kind.lower()}/{name}",
-            undo=ScaleInput(
-                **self._mutating(forward),
-                namespace=s.namespace,
-                kind=kind,
-                name=name,
-                replicas=owner.replicas,
-            ),
-        )
-        result = await self._act(
-            "rebuild-warm-floor",
-            f"{kind.lower()}/{name}",
-            ClusterActivities.scale_pool,
-            lambda **op: ScaleInput(
-                **op, namespace=s.namespace, kind=kind, name=name, replicas=target
-            ),
-            SCALE_OPTIONS,
-        )
-        saga.refine(
-            entry,
-            ScaleInput(
-                **self._mutating(forward),
-                namespace=s.namespace,
-                kind=kind,
-                name=name,
-                replicas=result.previous_replicas,
-            ),
-        )
+        result = await self._scale("rebuild-warm-floor", kind, name, target, owner.replicas)
         self._evidence(
             workload=f"{kind}/{name}", replicas_from=result.previous_replicas, replicas_to=target
         )
@@ -723,29 +692,39 @@ class ReplicaLossWorkflow:
             {"lead_time_s": lead.seconds, "replicas": target},
         ):
             return
-        forward = self._op("provision", f"{kind.lower()}/{name}")
+        result = await self._scale("provision", kind, name, target, s.facts.pool_size)
+        self._evidence(previous_replicas=result.previous_replicas, replicas=result.replicas)
+
+    async def _scale(
+        self, step: str, kind: str, name: str, replicas: int, undo_to: int
+    ) -> ScaleResult:
+        """Scale a workload through the ledger, its scale-back registered first."""
+        s = self.state
+        target = f"{kind.lower()}/{name}"
+        forward = self._op(step, target)
         entry = saga.register(
             s,
             forward_op_id=forward,
-            step="provision",
-            target=f"{kind.lower()}/{name}",
+            step=step,
+            target=target,
             undo=ScaleInput(
                 **self._mutating(forward),
                 namespace=s.namespace,
                 kind=kind,
                 name=name,
-                replicas=s.facts.pool_size,
+                replicas=undo_to,
             ),
         )
         result = await self._act(
-            "provision",
-            f"{kind.lower()}/{name}",
+            step,
+            target,
             ClusterActivities.scale_pool,
             lambda **op: ScaleInput(
-                **op, namespace=s.namespace, kind=kind, name=name, replicas=target
+                **op, namespace=s.namespace, kind=kind, name=name, replicas=replicas
             ),
             SCALE_OPTIONS,
         )
+        # Undo to what the workload really had, read when the scale applied.
         saga.refine(
             entry,
             ScaleInput(
@@ -756,7 +735,7 @@ class ReplicaLossWorkflow:
                 replicas=result.previous_replicas,
             ),
         )
-        self._evidence(previous_replicas=result.previous_replicas, replicas=result.replicas)
+        return result
 
     async def reschedule_replacement(self) -> None:
         """A replacement needs an admissible allocation: tell fragmentation from shortage."""
