@@ -101,7 +101,9 @@ def up() -> None:
 
 @app.command()
 def demo(
-    speed: Annotated[float, typer.Option(help="Simulated-time speed-up of the fleet.")] = 1.0,
+    speed: Annotated[
+        float, typer.Option(help="Simulated-time speed-up (1: the real pace, about 10 minutes).")
+    ] = 5.0,
 ) -> None:
     """Run the default drill (one replica of four lost, a warm spare ready) and leave the UI up.
 
