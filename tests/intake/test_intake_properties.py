@@ -281,15 +281,15 @@ async def test_thousands_of_generated_payloads_never_get_a_5xx_nor_start_a_bad_i
 ) -> None:
     ledger = Ledger()
 
-    def run() -> None:
-        bodies = (
-            schemathesis_bodies(GenerationMode.POSITIVE, EXAMPLES_PER_SOURCE)
-            + schemathesis_bodies(GenerationMode.NEGATIVE, EXAMPLES_PER_SOURCE)
-            + generate(mutated_notification(), EXAMPLES_PER_SOURCE)
-        )
-        send_all(intake_up.url, bodies, ledger)
-
-    await asyncio.to_thread(run)
+    # Generated on the main thread: schemathesis and hypothesis import modules lazily, and
+    # CPython 3.11 can fail compiling one on a worker thread ("AST constructor recursion
+    # depth mismatch"). Only the sending, which blocks, goes to a thread.
+    bodies = (
+        schemathesis_bodies(GenerationMode.POSITIVE, EXAMPLES_PER_SOURCE)
+        + schemathesis_bodies(GenerationMode.NEGATIVE, EXAMPLES_PER_SOURCE)
+        + generate(mutated_notification(), EXAMPLES_PER_SOURCE)
+    )
+    await asyncio.to_thread(send_all, intake_up.url, bodies, ledger)
 
     assert len(ledger.sent) >= 2000
     assert ledger.statuses() <= DECLARED - {503}, ledger.statuses()
@@ -357,7 +357,7 @@ async def test_with_temporal_down_the_only_5xx_is_503(closed_port: int) -> None:
     )
     ledger = Ledger()
     try:
-        bodies = await asyncio.to_thread(generate, mutated_notification(), 80)
+        bodies = generate(mutated_notification(), 80)
         # Plus batches known to be good, so the 503 path is certainly taken.
         bodies += [notification(alert(namespace="llm", pool=f"p{i}")) for i in range(5)]
         await asyncio.to_thread(send_all, intake.url, bodies, ledger)
@@ -388,12 +388,14 @@ async def test_generated_action_proposals_never_get_a_5xx_and_execute_at_most_on
     executed: dict[str, int] = {}
     statuses: set[int] = set()
 
+    # Generated on the main thread (see the first test); only the sending blocks a thread.
+    bodies = [
+        case.body
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        for case in generate(operation.as_strategy(mode), 250)
+    ]
+
     def run() -> None:
-        bodies = [
-            case.body
-            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-            for case in generate(operation.as_strategy(mode), 250)
-        ]
         with httpx.Client(base_url=intake.url, timeout=30) as http:
             headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
             for body in bodies:
