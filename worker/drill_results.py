@@ -96,20 +96,16 @@ async def collect_results(drill: Drill) -> DrillResult:
             )
             incidents.append(outcome)
             ops = await asyncio.to_thread(ledger.operations, incident_id) if incident_id else []
-            # Grace 0: the incident is closed, so anything not confirmed now never will be.
-            found = (
+            all_found: list[Any] = []
+            if incident_id:
+                # Grace 0: the incident is closed, so anything not confirmed now never will be.
                 await asyncio.to_thread(
                     reconcile, ledger.engine, incident_id=incident_id, grace=timedelta(0)
                 )
-                if incident_id
-                else None
-            )
-            all_found = (
-                await asyncio.to_thread(stored_findings, ledger.engine, incident_id=incident_id)
-                if incident_id
-                else []
-            )
-            del found  # stored_findings holds this run's findings and the workflow's own
+                # This pass's findings and those the incident's ReconcileWorkflow stored.
+                all_found = await asyncio.to_thread(
+                    stored_findings, ledger.engine, incident_id=incident_id
+                )
             effects.applied += sum(1 for op in ops if op.state in APPLIED and not op.dry_run)
             effects.duplicates += sum(1 for f in all_found if f.kind == "duplicate")
             effects.orphans += sum(1 for f in all_found if f.kind == "orphan")

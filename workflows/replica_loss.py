@@ -1021,22 +1021,34 @@ class ReplicaLossWorkflow:
             return
         restore_to = TierSpec.model_validate(s.shed_previous) if s.shed_previous else TierSpec()
         warm = len(s.facts.warm_ready)
-        await self._act(
-            "roll-back",
-            "shed-tier",
-            GatewayActivities.restore_shed_tier,
-            lambda **op: RestoreShedTierInput(
-                **op,
-                namespace=s.namespace,
-                pool=s.pool,
-                restore_to=restore_to,
-                warm_floor_ready=warm,
-                warm_floor_target=warm,
-                # The ledger links the rollback to the measure: no drift once it is confirmed.
-                compensates=self._op("protect", "shed-tier"),
-            ),
-            RESTORE_SHED_TIER_OPTIONS,
-        )
+        # Every tier applied (the automatic one, and any escalation a gate approved) gets its
+        # own rollback, so the ledger links each measure to what undid it: no drift.
+        measures = [self._op("protect", "shed-tier")]
+        if workflow.patched("roll-back-every-shed-tier"):
+            measures += [
+                e.op_id
+                for e in s.effects
+                if e.activity == "apply_shed_tier"
+                and not e.compensation
+                and e.op_id not in measures
+            ]
+        for measure in measures:
+            suffix = measure.removeprefix(self._op("protect", "shed-tier"))
+            await self._act(
+                "roll-back",
+                f"shed-tier{suffix}",
+                GatewayActivities.restore_shed_tier,
+                functools.partial(
+                    RestoreShedTierInput,
+                    namespace=s.namespace,
+                    pool=s.pool,
+                    restore_to=restore_to,
+                    warm_floor_ready=warm,
+                    warm_floor_target=warm,
+                    compensates=measure,
+                ),
+                RESTORE_SHED_TIER_OPTIONS,
+            )
         saga.discharge(s, self._op("protect", "shed-tier"))
         s.shed_level = restore_to.level
         await self._notify(
