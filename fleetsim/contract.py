@@ -82,6 +82,15 @@ DCGM_PORT_NAME = "dcgm"
 HEADER_REQUEST_ID = "x-request-id"
 HEADER_SHED_TIER = "x-fleetmend-shed-tier"
 
+# --- The router's /metrics (fleetsim's control app) ----------------------------------
+# Counters labelled `namespace` and `pod` (the replica that failed), which the gateway's
+# in-flight count reads; the exposition adds `_total`.
+
+METRIC_ROUTER_RETRIED = "router_requests_retried"
+"""Requests sent on to another replica after this one failed before their first byte."""
+METRIC_ROUTER_TERMINATED = "router_streams_terminated"
+"""Streams this replica broke after their first byte: a terminal error to the caller."""
+
 # --- Alerts ---------------------------------------------------------------------------
 # What Alertmanager would send for each fault. Labels always include `alertname`,
 # `severity`, `namespace`, `pool`, `fault` (a `workflows.types.FaultKind` value) and,

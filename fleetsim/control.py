@@ -8,6 +8,7 @@ its dotted path, and a fault aimed at something that is not there gets 409.
 
     GET  /counters            router and action counters (`Fleet.snapshot()`)
     GET  /alerts              alerts fired so far, Alertmanager's POST shape
+    GET  /metrics             the router's per-replica retried/terminated counters (Prometheus)
     POST /faults              a fault (JSON or YAML body), e.g. {"kind": "fake-alive", ...}
     POST /scenarios/validate  a scenario (YAML or JSON body): 200 or 422 naming fields
 """
@@ -17,13 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fleetsim.faults import FaultError
+from fleetsim.router_metrics import router_registry
 from fleetsim.scenario import Fault, ScenarioError, parse_scenario
 
 if TYPE_CHECKING:
@@ -45,11 +48,16 @@ async def _body(request: Request) -> Any:
 
 
 def control_app(fleet: Fleet) -> Starlette:
+    registry = router_registry(lambda: fleet.counters)
+
     async def counters(request: Request) -> JSONResponse:
         return JSONResponse(fleet.snapshot())
 
     async def alerts(request: Request) -> JSONResponse:
         return JSONResponse(fleet.alerts())
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def faults(request: Request) -> JSONResponse:
         try:
@@ -99,6 +107,7 @@ def control_app(fleet: Fleet) -> Starlette:
         routes=[
             Route("/counters", counters, methods=["GET"]),
             Route("/alerts", alerts, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/faults", faults, methods=["POST"]),
             Route("/scenarios/validate", validate, methods=["POST"]),
         ]

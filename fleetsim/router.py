@@ -85,6 +85,11 @@ class Counters:
     shed         refused by the gateway (tier 3 429 + Retry-After, tier 4 feature off)
     degraded     served with tier 1 parameters or via the tier 2 fallback model
     no_endpoint  found nothing routable (counted within failed)
+
+    Per lost replica, keyed (namespace, pod) of the replica that failed the attempt:
+    retried_from_pod     requests sent on to another replica after this one failed
+                         before their first byte
+    terminated_on_pod    streams this replica broke after their first byte
     """
 
     offered: int = 0
@@ -106,6 +111,8 @@ class Counters:
     late_by_pod: Counter[str] = field(default_factory=Counter)
     max_wait_by_pod: dict[str, float] = field(default_factory=dict)
     failed_by_reason: Counter[str] = field(default_factory=Counter)
+    retried_from_pod: Counter[tuple[str, str]] = field(default_factory=Counter)
+    terminated_on_pod: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -126,6 +133,12 @@ class Counters:
             "late_by_pod": dict(self.late_by_pod),
             "max_wait_by_pod": dict(self.max_wait_by_pod),
             "failed_by_reason": dict(self.failed_by_reason),
+            "retried_from_pod": {
+                f"{ns}/{pod}": n for (ns, pod), n in self.retried_from_pod.items()
+            },
+            "terminated_on_pod": {
+                f"{ns}/{pod}": n for (ns, pod), n in self.terminated_on_pod.items()
+            },
         }
 
 
@@ -272,6 +285,7 @@ class Router:
         replays = 0
         replaying = False
         last_error = ""
+        failed_on: str | None = None
         while True:
             endpoint = self._pick(table, tried)
             if endpoint is None:
@@ -283,6 +297,10 @@ class Router:
                 c.failed += 1
                 return "failed"
             tried.add(endpoint.pod)
+            if failed_on is not None:
+                # Counted against the replica that failed, once the retry is really sent.
+                c.retried_from_pod[req.namespace, failed_on] += 1
+                failed_on = None
             c.routed_by_pod[endpoint.pod] += 1
             attempt += 1
             if attempt > 1 and not replaying:
@@ -300,6 +318,7 @@ class Router:
                     c.failed += 1
                     c.failed_by_reason[err.reason] += 1
                     return "failed"
+                failed_on = endpoint.pod
                 continue
             except _StreamBroken:
                 if self.replay_after_first_byte and replays < self.max_attempts:
@@ -308,6 +327,7 @@ class Router:
                     c.replayed += 1
                     continue
                 c.terminated += 1
+                c.terminated_on_pod[req.namespace, endpoint.pod] += 1
                 return "terminated"
             # Time lost on failed attempts counts against the deadline too.
             wait = (attempt_start - started) + queue_wait

@@ -31,6 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from fleetsim.clock import ScaledClock
+from fleetsim.control import control_app
 from fleetsim.faults import InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
@@ -171,6 +172,7 @@ class Drill:
         self.fleet = Fleet(self.scenario, clock=self.clock, kube_token=secrets.token_urlsafe(16))
         self.observer = Observer(self.fleet)
         self.stack: Stack | None = None
+        self.control_url: str | None = None
         self.client: Client | None = None
         self.token = secrets.token_urlsafe(24)
         self.incidents: dict[str, dict[str, Any]] = {}
@@ -181,10 +183,12 @@ class Drill:
 
     # --- set-up ------------------------------------------------------------------------
 
-    def _stack_settings(self, kubeconfig: Path) -> Settings:
+    def _stack_settings(self, kubeconfig: Path, router_metrics_url: str) -> Settings:
         update: dict[str, Any] = {
             "state_dir": self.run_dir,
             "kubeconfig": kubeconfig,
+            # The in-flight step reads the router's per-replica retried/terminated counts.
+            "router_metrics_url": router_metrics_url,
             "intake_token": SecretStr(self.token),
             # The incident's own waits follow the fleet's clock.
             "time_scale": max(1.0, self.options.speed),
@@ -201,7 +205,13 @@ class Drill:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self.fleet.start()
         kubeconfig = self.fleet.write_kubeconfig(self.run_dir / "kubeconfig")
-        self.stack = Stack(self._stack_settings(kubeconfig), ui=self.options.keep_up)
+        # Closed with the fleet's other listeners in `Fleet.stop`.
+        ip, port = await self.fleet.host.serve("127.0.0.1", 0, control_app(self.fleet))
+        self.control_url = f"http://{ip}:{port}"
+        self.stack = Stack(
+            self._stack_settings(kubeconfig, f"{self.control_url}/metrics"),
+            ui=self.options.keep_up,
+        )
         await asyncio.to_thread(self.stack.start)
         settings = self.stack.settings
         self.client = await Client.connect(

@@ -117,6 +117,7 @@ def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Calla
     http = httpx.Client(timeout=10.0)
     activity_settings = ActivitySettings(
         notify_webhook_url=settings.notify_webhook_url,
+        router_metrics_url=settings.router_metrics_url,
         default_lead_time_s=settings.provision_lead_time_s,
     )
     activities = build_activities(api, EffectRunner(ledger), http, activity_settings)

@@ -112,6 +112,14 @@ class Settings(BaseSettings):
         None,
         description="Incident channel: a JSON webhook (Slack-compatible body). Unset: log only.",
     )
+    router_metrics_url: str | None = Field(
+        None,
+        description=(
+            "The gateway's Prometheus /metrics with router_requests_retried_total and "
+            "router_streams_terminated_total per namespace and pod (the in-flight step's "
+            "counts). Unset: the retry contract still applies, the counts are reported unknown."
+        ),
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="Log level of the worker and the intake."
     )

@@ -589,7 +589,14 @@ class ReplicaLossWorkflow:
             RETRY_CONTRACT_OPTIONS,
         )
         self._evidence(
-            policy=result.policy, retried=result.total_retried, terminated=result.total_terminated
+            policy=result.policy,
+            retried=result.total_retried,
+            terminated=result.total_terminated,
+            per_replica={
+                pod: {"retried": c.retried, "terminated": c.terminated}
+                for pod, c in sorted(result.per_replica.items())
+            },
+            counts_available=result.counts_available,
         )
 
     async def promote_warm_capacity(self) -> None:

@@ -64,6 +64,11 @@ async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     assert report["summary"]["switch_s"] == max(result.time_to_deroute_s.values())
     assert report["summary_table"]["Duplicates"] == "0"
     assert Path(result.report_paths[0]).read_text().count("data:image/png;base64,") == 1
+    # The worker read the router's per-replica counts from fleetsim's /metrics.
+    inflight = [e for e in report["timeline"] if e["step"] == "inflight"][-1]["evidence"]
+    assert inflight["counts_available"] is True
+    lost = {ref.partition("/")[2] for ref in result.time_to_deroute_s}
+    assert set(inflight["per_replica"]) == lost
 
 
 async def test_rack_outage_is_an_outage_and_stops_at_the_blast_radius_until_approved(

@@ -187,6 +187,8 @@ async def test_a_dead_replica_is_retried_elsewhere_before_the_first_byte(bed: Be
     c = bed.router.counters
     assert outcomes == ["served"] * 20
     assert c.retried > 0 and c.served_by_pod["llm-a"] == 0 and c.failed == 0
+    # Every retry was away from the dead replica, and is counted against it.
+    assert c.retried_from_pod == {(NS, "llm-a"): c.retries}
 
 
 async def test_a_replica_dying_mid_stream_terminates_the_stream(bed: Bed) -> None:
@@ -200,6 +202,8 @@ async def test_a_replica_dying_mid_stream_terminates_the_stream(bed: Bed) -> Non
     await bed.host.close(bed.addresses["llm-a"])
     assert await task == ["terminated"]
     assert bed.router.counters.terminated == 1 and bed.router.counters.retried == 0
+    assert bed.router.counters.terminated_on_pod == {(NS, "llm-a"): 1}
+    assert not bed.router.counters.retried_from_pod
     assert bed.actions.executed == 1 and bed.actions.duplicates == 0
 
 
