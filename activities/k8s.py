@@ -16,8 +16,10 @@ def build_api_client(
     *,
     context: str | None = None,
     host: str | None = None,
+    token: str | None = None,
 ) -> client.ApiClient:
-    """An ApiClient for `host` (plain URL), `kubeconfig`, or the pod's service account.
+    """An ApiClient for `host` (plain URL, with an optional bearer `token`), `kubeconfig`,
+    or the pod's service account.
 
     The order is explicit argument first, then `$KUBECONFIG`, then in-cluster, so a worker
     running in the cluster needs no configuration and a laptop needs only a path.
@@ -25,6 +27,9 @@ def build_api_client(
     if host is not None:
         configuration = client.Configuration()
         configuration.host = host
+        if token is not None:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
         return client.ApiClient(configuration)
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:

@@ -37,6 +37,7 @@ from fleetsim.dcgm import DCGM_PORT, NodeGpus
 from fleetsim.faults import InjectedFault, Injector
 from fleetsim.kube import pods as kpods
 from fleetsim.kube.cluster import Cluster
+from fleetsim.kube.rbac import Authorizer
 from fleetsim.kube.server import KubeServer
 from fleetsim.kubeconfig import write_kubeconfig
 from fleetsim.kubelet import LABEL_ROLE, ROLE_EXPORTER, ROLE_FILLER, Kubelet
@@ -63,6 +64,7 @@ class Fleet:
         dcgm_port: int | None = None,
         kube_port: int = 0,
         kube_token: str | None = None,
+        kube_authorizer: Authorizer | None = None,
         traffic: bool = True,
         replay_after_first_byte: bool = False,
         dedupe_actions: bool = False,
@@ -70,7 +72,8 @@ class Fleet:
     ) -> None:
         """`port`: the replicas' serving port (0: pick a free one, as tests should;
         `serve` uses 8000). `dcgm_port` defaults to the same port in tests and 9400
-        otherwise. `traffic=False` builds the fleet without the generators."""
+        otherwise. `traffic=False` builds the fleet without the generators.
+        `kube_authorizer`: the API server enforces RBAC for its tokens' users."""
         if isinstance(scenario, Scenario):
             self.scenario = scenario
         elif isinstance(scenario, dict):
@@ -111,7 +114,9 @@ class Fleet:
         )
         self.injector = Injector(self)
         self.injected: list[InjectedFault] = []
-        self.kube_server = KubeServer(self.cluster, port=kube_port, token=kube_token)
+        self.kube_server = KubeServer(
+            self.cluster, port=kube_port, token=kube_token, authorizer=kube_authorizer
+        )
         self.kube_token = kube_token
         self._t0 = 0.0
         self._script: asyncio.Task[None] | None = None

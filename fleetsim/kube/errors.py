@@ -2,6 +2,7 @@
 
     ApiError                 any failure the API server answers with a Status
     ├── BadRequest           400 (undecodable body or patch, unsupported field selector)
+    ├── Forbidden            403 (RBAC denies the verb on the resource)
     ├── NotFound             404 (object or resource type missing)
     ├── MethodNotAllowed     405
     ├── Conflict             409 (stale resourceVersion)
@@ -66,6 +67,11 @@ class ApiError(Exception):
 class BadRequest(ApiError):
     code = 400
     reason = "BadRequest"
+
+
+class Forbidden(ApiError):
+    code = 403
+    reason = "Forbidden"
 
 
 class NotFound(ApiError):

@@ -35,12 +35,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from fleetsim.kube import discovery, patch as patching, tables
+from fleetsim.kube import discovery, patch as patching, rbac, tables
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.errors import (
     ApiError,
     BadRequest,
     Conflict,
+    Forbidden,
     MethodNotAllowed,
     NotFound,
     conflict,
@@ -133,10 +134,18 @@ def _scale(obj: Obj, res: Resource) -> Obj:
 class Api:
     """Request handling, separate from routing so it can be read top to bottom."""
 
-    def __init__(self, cluster: Cluster, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        token: str | None = None,
+        authorizer: rbac.Authorizer | None = None,
+    ) -> None:
         self.cluster = cluster
         self.store: Store = cluster.store
         self.token = token
+        # With an authorizer, its tokens are the only credentials and RBAC decides.
+        self.authorizer = authorizer
         self._closing = asyncio.Event()
         self._watch_queues: set[asyncio.Queue[Event | None]] = set()
 
@@ -156,22 +165,61 @@ class Api:
             Route("/apis/{rest:path}", self._guard(self.grouped), methods=methods),
         ]
 
+    def _authenticated(self, request: Request) -> bool:
+        auth = request.headers.get("authorization", "")
+        if self.authorizer is not None:
+            scheme, _, token = auth.partition(" ")
+            user = self.authorizer.user(token) if scheme == "Bearer" else None
+            request.state.user = user
+            return user is not None
+        return self.token is None or auth == f"Bearer {self.token}"
+
+    def _authorize(self, request: Request, t: Target | None) -> None:
+        """403 unless RBAC allows the request (no-op without an authorizer)."""
+        if self.authorizer is None:
+            return
+        user = str(request.state.user)
+        if t is None:
+            req = rbac.Request(user=user, verb=request.method.lower(), path=request.url.path)
+        else:
+            verb = rbac.request_verb(
+                request.method,
+                named=t.name is not None,
+                watch=request.query_params.get("watch") in ("1", "true", "True"),
+            )
+            req = rbac.Request(
+                user=user,
+                verb=verb,
+                api_group=t.res.group,
+                resource=t.res.plural,
+                subresource=t.sub,
+                namespace=t.namespace,
+                name=t.name,
+            )
+        if self.authorizer.allows(req):
+            return
+        if t is None:
+            raise Forbidden(rbac.forbidden_message(req))
+        raise Forbidden(
+            rbac.forbidden_message(req), name=t.name, kind=t.res.plural, group=t.res.group
+        )
+
     def _guard(self, handler: Any) -> Any:
         async def endpoint(request: Request) -> Response:
-            if self.token is not None:
-                auth = request.headers.get("authorization", "")
-                if auth != f"Bearer {self.token}":
-                    body = {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "metadata": {},
-                        "status": "Failure",
-                        "message": "Unauthorized",
-                        "reason": "Unauthorized",
-                        "code": 401,
-                    }
-                    return _json(body, 401)
+            if not self._authenticated(request):
+                body = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "Unauthorized",
+                    "reason": "Unauthorized",
+                    "code": 401,
+                }
+                return _json(body, 401)
             try:
+                if not request.url.path.startswith(("/api/", "/apis/")):
+                    self._authorize(request, None)
                 response: Response = await handler(request)
                 return response
             except ApiError as exc:
@@ -235,6 +283,7 @@ class Api:
                 raise NotFound(_NOT_FOUND)
             return _json(doc)
         target = self._target(group, version, parts)
+        self._authorize(request, target)
         method = request.method
         if target.name is None:
             if method == "GET":
@@ -579,8 +628,10 @@ class Api:
             queue.put_nowait(None)
 
 
-def build_app(cluster: Cluster, *, token: str | None = None) -> Starlette:
-    api = Api(cluster, token=token)
+def build_app(
+    cluster: Cluster, *, token: str | None = None, authorizer: rbac.Authorizer | None = None
+) -> Starlette:
+    api = Api(cluster, token=token, authorizer=authorizer)
     app = Starlette(routes=api.routes())
     app.state.api = api
     return app
@@ -596,9 +647,10 @@ class KubeServer:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        authorizer: rbac.Authorizer | None = None,
     ) -> None:
         self.cluster = cluster
-        self.app = build_app(cluster, token=token)
+        self.app = build_app(cluster, token=token, authorizer=authorizer)
         self.token = token
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from activities.k8s import build_api_client
 from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.fleet import Fleet
 from fleetsim.kube.cluster import Cluster
+from fleetsim.kube.rbac import Authorizer, serviceaccount_user
 from fleetsim.kube.server import KubeServer
 from fleetsim.scenario import parse_scenario
 from ledger.store import Ledger
@@ -56,6 +58,13 @@ def rbac_rules(path: Path = RBAC_PATH) -> set[tuple[str, str, str]]:
                     for verb in rule.get("verbs") or []:
                         granted.add((group, resource, verb))
     return granted
+
+
+def worker_user(path: Path = RBAC_PATH) -> str:
+    """The Kubernetes user name of the ServiceAccount the RBAC file is written for."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    (account,) = [d["metadata"] for d in docs if d.get("kind") == "ServiceAccount"]
+    return serviceaccount_user(account["namespace"], account["name"])
 
 
 _PATH = re.compile(
@@ -285,18 +294,27 @@ class FleetHandle:
     API server) runs on another thread, as it would in another process.
     """
 
-    def __init__(self, scenario: dict[str, Any], speed: float) -> None:
+    def __init__(self, scenario: dict[str, Any], speed: float, *, rbac: bool = False) -> None:
+        """`rbac`: the API server enforces deploy/rbac.yaml, and `api` is the worker's identity."""
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
+        token = secrets.token_urlsafe(16) if rbac else None
+        authorizer = Authorizer.from_file(RBAC_PATH, {token: worker_user()}) if token else None
+        self.authorizer = authorizer
 
         async def make() -> Fleet:
-            fleet = Fleet(parse_scenario(scenario), clock=ScaledClock(speed))
+            fleet = Fleet(
+                parse_scenario(scenario),
+                clock=ScaledClock(speed),
+                kube_token=token,
+                kube_authorizer=authorizer,
+            )
             await fleet.start()
             return fleet
 
         self.fleet = self.run(make())
-        self._plain = build_api_client(host=self.fleet.kube_url)
+        self._plain = build_api_client(host=self.fleet.kube_url, token=token)
         self.api = RecordingApiClient(self._plain.configuration)
         self.http = httpx.Client(timeout=10.0)
 

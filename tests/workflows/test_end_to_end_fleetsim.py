@@ -1,7 +1,7 @@
 """The incident workflow with the real activities, against fleetsim and a real ledger.
 
-fleetsim serves the Kubernetes API, the replicas' /metrics and the router; the ledger is
-a fresh migrated PostgreSQL. The effects are counted on the fleet (its objects' state),
+fleetsim serves the Kubernetes API (enforcing deploy/rbac.yaml), the replicas' /metrics
+and the router; the ledger is a fresh migrated PostgreSQL. The effects are counted on the fleet (its objects' state),
 not read back from the ledger.
 """
 
@@ -50,7 +50,11 @@ FAST = {
 
 @pytest.fixture
 def fleet() -> Iterator[FleetHandle]:
-    handle = FleetHandle(scenario(replicas=4, warm=1, rate=6.0, warm_rate=4.0), speed=10.0)
+    # The API server enforces deploy/rbac.yaml for the worker's ServiceAccount token, so the
+    # whole incident shows the worker needs nothing the file does not grant.
+    handle = FleetHandle(
+        scenario(replicas=4, warm=1, rate=6.0, warm_rate=4.0), speed=10.0, rbac=True
+    )
     try:
         yield handle
     finally:
@@ -144,3 +148,4 @@ async def test_a_lost_replica_on_fleetsim_is_derouted_and_replaced_by_a_promoted
     finally:
         operations.close()
     assert recorded and all(op.startswith(result.incident_id + "/") for op in recorded)
+    assert fleet.authorizer is not None and fleet.authorizer.denied == []
