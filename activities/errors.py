@@ -22,6 +22,8 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
+from activities.redact import redact_url
+
 T = TypeVar("T")
 
 PERMANENT = "PermanentError"
@@ -83,7 +85,10 @@ def k8s_call(verb: str, obj: str, fn: Callable[[], T]) -> T:
 
 @contextmanager
 def http_errors(verb: str, obj: str) -> Iterator[None]:
-    """Map httpx failures (status and transport) to permanent or temporary errors."""
+    """Map httpx failures (status and transport) to permanent or temporary errors.
+
+    `obj` is often the URL called; its credentials never reach the message."""
+    obj = redact_url(obj)
     try:
         yield
     except httpx.HTTPStatusError as exc:

@@ -29,6 +29,7 @@ from activities.common import EffectRunnerLike, MutatingInput, activity_options,
 from activities.config import ActivitySettings
 from activities.errors import RefusedError, TemporaryError, k8s_call
 from activities.metrics import scrape
+from activities.redact import redact_url
 
 TIER_NONE = 0
 TIER_PARAMETER_DEGRADE = 1
@@ -412,7 +413,8 @@ class AnnotationGateway:
         try:
             snap = scrape(self.http, self.router_metrics_url, timeout=self.s.http_timeout_s)
         except ApplicationError as exc:
-            raise GatewayUnavailable(f"router metrics {self.router_metrics_url}: {exc}") from exc
+            where = redact_url(self.router_metrics_url)
+            raise GatewayUnavailable(f"router metrics {where}: {exc}") from exc
         out = {pod: InflightCounts() for pod in pods}
         for metric, attr in (
             (self.s.router_retried_metric, "retried"),

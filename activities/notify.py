@@ -16,6 +16,7 @@ from temporalio import activity
 
 from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
 from activities.errors import http_errors
+from activities.redact import redact_url
 
 
 class Fact(BaseModel):
@@ -119,7 +120,8 @@ class NotifyActivities:
         url = self.url
 
         def apply(op_id: str) -> dict[str, Any]:
-            with http_errors("post to incident channel", url):
+            # A Slack-style webhook's path is its secret: only the host is ever named.
+            with http_errors("post to incident channel", redact_url(url, keep_path=False)):
                 response = self.http.post(
                     url,
                     json=body,

@@ -227,7 +227,10 @@ class Drill:
         async with httpx.AsyncClient(timeout=2.0) as http:
             while time.monotonic() < deadline:
                 with contextlib.suppress(httpx.HTTPError):
-                    resp = await http.get(f"{self.stack.intake_url}/readyz")
+                    resp = await http.get(
+                        f"{self.stack.intake_url}/readyz",
+                        headers={"Authorization": f"Bearer {self.token}"},
+                    )
                     if resp.status_code == 200:
                         return
                 dead = self.stack.dead_children()

@@ -14,6 +14,10 @@ Endpoints (OpenAPI at `GET /openapi.json`):
 - `POST /actions`: the ledger's action boundary for applications (worker/intake_actions.py).
 - `GET /healthz` (process up), `GET /readyz` (Temporal answers), `GET /metrics`.
 
+Every path but `/healthz` (the liveness probe) needs the credentials, checked by one
+middleware in front of the routes so a route added later cannot be left open; an unknown
+path without them is 401 too, so the set of routes is not discoverable.
+
 Secrets: the bearer token and the basic-auth password are compared in constant time and
 never logged; the request log names the path, the status and the counts only.
 """
@@ -645,6 +649,28 @@ class _TimingMiddleware:
             ).observe(time.perf_counter() - started)
 
 
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+class _AuthMiddleware:
+    """401 for every request without the credentials, except the liveness probe's."""
+
+    def __init__(self, app: ASGIApp, *, state: IntakeState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
+            header = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
+                None,
+            )
+            if not _authorised(self.state, header):
+                await _unauthorised(self.state)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _route_label(path: str) -> str:
     # Bounded label values: an operation id in the path must not become a new series.
     if path in _ROUTES_TIMED:
@@ -724,6 +750,8 @@ def create_app(
     app.state.intake = state
     app.state.actions = actions
 
+    app.add_middleware(_AuthMiddleware, state=state)
+    # Added last, so outermost: a 401 is timed and counted like any other answer.
     app.add_middleware(_TimingMiddleware, metrics=state.metrics)
     return app
 

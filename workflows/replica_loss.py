@@ -597,6 +597,7 @@ class ReplicaLossWorkflow:
                 for pod, c in sorted(result.per_replica.items())
             },
             counts_available=result.counts_available,
+            counts_error=result.counts_error,
         )
 
     async def promote_warm_capacity(self) -> None:

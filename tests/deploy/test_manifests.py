@@ -94,7 +94,8 @@ def test_services_pdbs_and_network_policies_select_the_deployments_pods(name: st
 def test_the_intake_probes_check_temporal_readiness_on_the_served_port() -> None:
     intake = container("fleetmend-intake")
     served = set(openapi_document()["paths"])
-    assert intake["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # /readyz needs the token, so the readiness probe runs in the container with its env.
+    assert intake["readinessProbe"]["exec"]["command"][-2:] == ["worker.intake_probe", "/readyz"]
     assert intake["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert {"/readyz", "/healthz"} <= served
     port = env("fleetmend-intake")["FLEETMEND_INTAKE_PORT"]["value"]

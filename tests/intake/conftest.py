@@ -22,6 +22,7 @@ from worker.intake import IntakeOptions, create_app
 from worker.settings import Settings, load_settings
 
 TOKEN = "test-token-7c1e"  # test-only credential, never a real secret
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def free_port() -> int:
@@ -90,6 +91,9 @@ class Intake:
     async def post(self, payload: Any, *, token: str | None = TOKEN) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         return await self.http.post("/alertmanager", json=payload, headers=headers)
+
+    async def get(self, path: str) -> httpx.Response:
+        return await self.http.get(path, headers=AUTH)
 
     async def runs(self, workflow_id: str, expected: int) -> int:
         return await count_runs(self.temporal, workflow_id, expected)

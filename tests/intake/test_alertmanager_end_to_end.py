@@ -27,6 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from tests.intake.conftest import (
+    AUTH,
     TOKEN,
     IntakeProcess,
     count_runs,
@@ -142,7 +143,7 @@ async def signals(client: Client, workflow_id: str, name: str, model: type) -> l
 
 
 async def metric(http: httpx.AsyncClient, url: str, line_prefix: str) -> float:
-    text = (await http.get(f"{url}/metrics")).text
+    text = (await http.get(f"{url}/metrics", headers=AUTH)).text
     for line in text.splitlines():
         if line.startswith(line_prefix):
             return float(line.rsplit(" ", 1)[1])

@@ -14,7 +14,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tests.intake.conftest import TOKEN, Intake, alert, count_runs, notification
+from tests.intake.conftest import AUTH, TOKEN, Intake, alert, count_runs, notification
 from worker.intake import IntakeOptions, create_app
 from worker.settings import load_settings
 from worker.stack import temporal_binary
@@ -225,7 +225,7 @@ async def test_a_resolved_alert_without_an_open_incident_is_recorded_and_starts_
     assert response.status_code == 200
     assert response.json()["accepted"][0]["outcome"] == "resolved_without_incident"
     assert await intake.absent(incident_workflow_id("llm", pool))
-    metrics = (await intake.http.get("/metrics")).text
+    metrics = (await intake.get("/metrics")).text
     assert 'fleetmend_intake_alerts_accepted_total{outcome="resolved_without_incident"} 1.0' in (
         metrics
     )
@@ -274,7 +274,7 @@ async def test_truncated_alerts_are_counted_and_logged(
         )
     assert response.json()["truncated_alerts"] == 7
     assert "truncated 7 alerts" in caplog.text
-    assert "fleetmend_intake_truncated_alerts_total 7.0" in (await intake.http.get("/metrics")).text
+    assert "fleetmend_intake_truncated_alerts_total 7.0" in (await intake.get("/metrics")).text
 
 
 async def test_when_temporal_is_unreachable_the_answer_is_503_and_readyz_says_so(
@@ -290,9 +290,9 @@ async def test_when_temporal_is_unreachable_the_answer_is_503_and_readyz_says_so
             json=notification(alert(namespace="llm", pool=pool)),
             headers={"Authorization": f"Bearer {TOKEN}"},
         )
-        ready = await c.get("/readyz")
+        ready = await c.get("/readyz", headers=AUTH)
         health = await c.get("/healthz")
-        metrics = (await c.get("/metrics")).text
+        metrics = (await c.get("/metrics", headers=AUTH)).text
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "5"
     assert ready.status_code == 503
@@ -301,7 +301,7 @@ async def test_when_temporal_is_unreachable_the_answer_is_503_and_readyz_says_so
 
 
 async def test_readyz_is_200_when_temporal_answers(intake: Intake) -> None:
-    response = await intake.http.get("/readyz")
+    response = await intake.get("/readyz")
     assert response.status_code == 200
     assert response.json()["temporal"] == "reachable"
 
@@ -313,7 +313,7 @@ async def test_metrics_count_received_accepted_rejected_started_and_latency(
         notification(alert(namespace="llm", pool=pool), alert(pool=pool, fingerprint="x"))
     )
     await intake.post(notification(), token="wrong")
-    text = (await intake.http.get("/metrics")).text
+    text = (await intake.get("/metrics")).text
     for line in (
         'fleetmend_intake_alerts_received_total{status="firing"} 2.0',
         'fleetmend_intake_alerts_accepted_total{outcome="started"} 1.0',
@@ -395,7 +395,7 @@ async def test_when_temporal_dies_after_start_the_intake_answers_503_promptly(
             headers=headers,
         )
         took = time.monotonic() - started
-        ready = await c.get("/readyz")
+        ready = await c.get("/readyz", headers=AUTH)
     assert before.status_code == 200
     assert after.status_code == 503
     assert took < 10, took

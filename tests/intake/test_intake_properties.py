@@ -35,6 +35,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from tests.intake.conftest import (
+    AUTH,
     TOKEN,
     IntakeProcess,
     alert,
@@ -344,7 +345,7 @@ async def test_thousands_of_generated_payloads_never_get_a_5xx_nor_start_a_bad_i
     assert intake_up.proc.returncode is None
     async with httpx.AsyncClient() as http:
         assert (await http.get(f"{intake_up.url}/healthz")).status_code == 200
-        metrics = (await http.get(f"{intake_up.url}/metrics")).text
+        metrics = (await http.get(f"{intake_up.url}/metrics", headers=AUTH)).text
     assert 'route="/alertmanager"' in metrics
 
 
