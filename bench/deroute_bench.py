@@ -27,12 +27,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fleet_stack import BenchStack, PoolRef, group_pools, load_average, percentile
+from bench.fleet_stack import (
+    DEROUTE_TIMEOUT_S,
+    BenchStack,
+    PoolRef,
+    group_pools,
+    load_average,
+    percentile,
+)
 from bench.history_phases import fetch_rows, median_phases, split_phases
 
 GOAL_P99_S = 1.0
 GOAL_RATIO = 10.0
-DEROUTE_TIMEOUT_S = 60.0
 
 
 async def _floor_sample(bench: BenchStack, api: Any, ledger: Any, ref: PoolRef, n: int) -> float:
@@ -78,35 +84,12 @@ async def measure_floor(bench: BenchStack, ref: PoolRef, samples: int) -> list[f
         api.api_client.close()
 
 
-async def _incident(bench: BenchStack, ref: PoolRef) -> dict[str, Any]:
-    fault = bench.inject_xid(ref)
-    pod = fault.pods[0].partition("/")[2]
-    out = bench.watch.watch(ref, pod)
-    payload = bench.payload_for(fault)
-    posted_wall, posted = time.time(), time.perf_counter()
-    result = await bench.post(payload)
-    try:
-        out_at = await asyncio.wait_for(out, DEROUTE_TIMEOUT_S)
-    except TimeoutError:
-        return {"pool": ref.workflow_id, "seconds": None, "status": result.status}
-    finally:
-        await bench.terminate(ref, "benchmark: time to deroute measured")
-    seconds = out_at - posted
-    return {
-        "pool": ref.workflow_id,
-        "seconds": seconds,
-        "status": result.status,
-        "posted_wall": posted_wall,
-        "out_wall": posted_wall + seconds,
-    }
-
-
 async def measure_incidents(
     bench: BenchStack, refs: list[PoolRef], interval_s: float
 ) -> list[dict[str, Any]]:
     tasks = []
     for ref in refs:
-        tasks.append(asyncio.create_task(_incident(bench, ref)))
+        tasks.append(asyncio.create_task(bench.time_to_deroute(ref)))
         await asyncio.sleep(interval_s)
     return list(await asyncio.gather(*tasks))
 

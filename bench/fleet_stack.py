@@ -43,6 +43,7 @@ GPUS_PER_NODE = 8
 # keeps the simulator's own work out of the measurement.
 PROBE_PERIOD_S = 30.0
 FLEET_READY_TIMEOUT_S = 180.0
+DEROUTE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,33 @@ class BenchStack:
                 return PostResult(status, seconds, body, attempt)
             await asyncio.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
         return PostResult(status, seconds, body, retries + 1)
+
+    async def time_to_deroute(self, ref: PoolRef, *, terminate: bool = True) -> dict[str, Any]:
+        """Xid under replica 0, its alert posted, until the endpoint is out (`seconds`).
+
+        `seconds` is None when it was still routed after DEROUTE_TIMEOUT_S. With
+        `terminate` the incident ends right after, so its later steps load nothing.
+        """
+        fault = self.inject_xid(ref)
+        pod = fault.pods[0].partition("/")[2]
+        out = self.watch.watch(ref, pod)
+        payload = self.payload_for(fault)
+        posted_wall, posted = time.time(), time.perf_counter()
+        result = await self.post(payload)
+        row: dict[str, Any] = {"pool": ref.workflow_id, "seconds": None, "status": result.status}
+        try:
+            out_at = await asyncio.wait_for(out, DEROUTE_TIMEOUT_S)
+        except TimeoutError:
+            return row
+        finally:
+            if terminate:
+                await self.terminate(ref, "benchmark: time to deroute measured")
+        seconds = out_at - posted
+        return row | {
+            "seconds": seconds,
+            "posted_wall": posted_wall,
+            "out_wall": posted_wall + seconds,
+        }
 
     async def terminate(self, ref: PoolRef, reason: str) -> None:
         """End an incident without its later steps: the benchmark measured what it needed."""
