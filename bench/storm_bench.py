@@ -92,11 +92,13 @@ def account(
 ) -> dict[str, Any]:
     """Outcomes and losses of every alert of every notification."""
     outcomes: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     lost = unanswered = rejected = 0
     for note, result in zip(plan, results, strict=True):
         wid = PoolRef(note.target.namespace, note.target.pool).workflow_id
         if not 200 <= result.status < 300:
             unanswered += note.alerts
+            errors[f"{result.status}: {result.body.get('error', '')}"] += 1
             continue
         answered = {a["index"]: a for a in result.body.get("accepted", [])}
         rejected += len(result.body.get("rejected", []))
@@ -114,6 +116,7 @@ def account(
         "alerts_unanswered": unanswered,
         "alerts_rejected": rejected,
         "alerts_missing_from_history": lost,
+        "errors": dict(errors),
     }
 
 
@@ -196,7 +199,7 @@ def print_table(f: dict[str, Any]) -> None:
     print(f"| incidents started | {f['incidents_started']} | {f['pools']} pools | |")
     print(
         f"| alerts lost | {f['alerts_lost']} | 0 | |\n\noutcomes: {f['outcomes']}; "
-        f"POSTs retried after a 5xx: {f['retried_posts']}"
+        f"POSTs retried after a 5xx: {f['retried_posts']}; unanswered: {f['errors'] or 'none'}"
     )
     print(f"\ncorrectness (incidents == pools, lost == 0): {'ok' if ok(f) else 'FAILED'}")
 
