@@ -216,14 +216,15 @@ class Fleet:
         return out
 
     def _ready_serving_count(self) -> int:
+        # One list per namespace, not per pool: this runs every few milliseconds while a
+        # fleet of hundreds of pools boots, and must not starve the probes it waits for.
         total = 0
         for ns in self.scenario.namespaces:
-            for pool in ns.pools:
-                for p in self.store.list(
-                    "pods", namespace=ns.name, label_selector=f"{c.LABEL_APP}={pool.name}"
-                ):
-                    if kpods.is_ready(p):
-                        total += 1
+            pools = {pool.name for pool in ns.pools}
+            for p in self.store.list("pods", namespace=ns.name):
+                labels = p["metadata"].get("labels") or {}
+                if labels.get(c.LABEL_APP) in pools and kpods.is_ready(p):
+                    total += 1
         return total
 
     # --- building ----------------------------------------------------------------------

@@ -125,7 +125,13 @@ class Kubelet:
         self._unhooks: list[Any] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self._probe_client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=1.0))
+        # One kept-alive connection per replica: httpx's default pool (100 connections, 20
+        # kept alive) queues the probes of a large fleet past their timeout, and every
+        # replica then reads as not ready.
+        self._probe_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=1.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        )
 
     # --- lifecycle -----------------------------------------------------------------
 

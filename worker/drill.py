@@ -36,7 +36,7 @@ from fleetsim.faults import InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
 from worker.drill_observe import Observer
-from worker.settings import Settings
+from worker.settings import ENV_PREFIX, Settings
 from worker.stack import Stack
 from workflows.types import QUERY_STATUS, UPDATE_APPROVE, ApprovalInput, incident_workflow_id
 
@@ -212,6 +212,9 @@ class Drill:
             self._stack_settings(kubeconfig, f"{self.control_url}/metrics"),
             ui=self.options.keep_up,
         )
+        if self.options.free_ports:
+            # The worker's health server too: another stack on the machine may hold 8081.
+            self.stack.extra_env[f"{ENV_PREFIX}WORKER_HEALTH_PORT"] = "0"
         await asyncio.to_thread(self.stack.start)
         settings = self.stack.settings
         self.client = await Client.connect(

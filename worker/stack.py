@@ -78,6 +78,8 @@ class Stack:
     children: list[Child] = field(default_factory=list)
     database_url: str = ""
     intake_token: str = ""
+    # Process-only knobs outside Settings (FLEETMEND_WORKER_*), e.g. the drill's free ports.
+    extra_env: dict[str, str] = field(default_factory=dict)
     _postgres: object | None = None
 
     @property
@@ -187,6 +189,7 @@ class Stack:
         env[f"{ENV_PREFIX}DATABASE_URL"] = self.database_url
         env[f"{ENV_PREFIX}INTAKE_TOKEN"] = self.intake_token
         env[f"{ENV_PREFIX}STATE_DIR"] = str(self.state_dir)
+        env.update(self.extra_env)
         return env
 
     def _spawn(self, name: str, fleetmend_args: list[str]) -> None:

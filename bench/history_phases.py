@@ -1,0 +1,77 @@
+"""Where an incident's time to deroute goes, read from its Temporal history.
+
+Used by `deroute_bench`. Pure functions over (event type, time, attributes) rows, so the
+split is unit-tested without a server; `fetch_rows` is the only I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+
+@dataclass(frozen=True)
+class Row:
+    event_id: int
+    kind: str  # "started", "scheduled", "activity-started", "completed"
+    at: float  # wall-clock seconds (server time)
+    activity: str = ""
+    scheduled_id: int = 0
+
+
+def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, float]:
+    """Seconds from the alert POST to the endpoint out, by phase.
+
+    `intake -> workflow started`; per activity type, scheduled -> completed (its queue wait
+    and run); `workflow tasks and gaps` is the rest, the time between activities.
+    Activities scheduled after `out_at` are not part of it; one still running at `out_at`
+    (the deroute itself confirming) counts up to `out_at`.
+    """
+    phases: dict[str, float] = {}
+    started = next((r.at for r in rows if r.kind == "started"), None)
+    if started is None:
+        return {"intake -> workflow started": out_at - posted_at}
+    phases["intake -> workflow started"] = max(0.0, started - posted_at)
+    scheduled = {r.event_id: r for r in rows if r.kind == "scheduled" and r.at <= out_at}
+    ends = {r.scheduled_id: r.at for r in rows if r.kind == "completed"}
+    for event_id, row in scheduled.items():
+        end = min(ends.get(event_id, out_at), out_at)
+        name = f"activity {row.activity}"
+        phases[name] = phases.get(name, 0.0) + max(0.0, end - row.at)
+    accounted = sum(phases.values())
+    phases["workflow tasks and gaps"] = max(0.0, (out_at - posted_at) - accounted)
+    return phases
+
+
+def median_phases(splits: list[dict[str, float]]) -> dict[str, float]:
+    """Median seconds per phase over incidents (a phase an incident lacks counts as 0)."""
+    names = list(dict.fromkeys(name for split in splits for name in split))
+    return {name: statistics.median(s.get(name, 0.0) for s in splits) for name in names}
+
+
+_ACTIVITY_ENDS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+}
+
+
+async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
+    rows: list[Row] = []
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        at = event.event_time.ToMicroseconds() / 1e6
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            rows.append(Row(event.event_id, "started", at))
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            rows.append(Row(event.event_id, "scheduled", at, activity=name))
+        elif kind in _ACTIVITY_ENDS:
+            attrs: Any = getattr(event, _ACTIVITY_ENDS[kind])
+            rows.append(Row(event.event_id, "completed", at, scheduled_id=attrs.scheduled_event_id))
+    return rows

@@ -1,0 +1,84 @@
+"""The benchmarks' pure helpers: the generated fleet, percentiles, the phase split."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.fleet_stack import (
+    REPLICAS_PER_POOL,
+    group_pools,
+    many_pools_scenario,
+    percentile,
+    proc_memory_kib,
+)
+from bench.history_phases import Row, median_phases, split_phases
+from fleetsim.scenario import parse_scenario
+
+
+def test_the_generated_fleet_is_a_valid_scenario_with_every_group_in_its_own_namespaces() -> None:
+    scenario = parse_scenario(many_pools_scenario("bench-x", {"deroute": 30, "floor": 1}))
+
+    pools = {(ns.name, p.name) for ns in scenario.namespaces for p in ns.pools}
+    expected = group_pools("deroute", 30) + group_pools("floor", 1)
+    assert pools == {(r.namespace, r.pool) for r in expected}
+    assert len({r.namespace for r in group_pools("deroute", 30)}) == 2
+    gpus = sum(g.count * g.gpus for g in scenario.nodes)
+    assert gpus >= 31 * REPLICAS_PER_POOL
+    assert scenario.faults == [] and scenario.traffic == []
+
+
+def test_a_fleet_without_pools_or_with_a_negative_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one pool"):
+        many_pools_scenario("bench-x", {"deroute": 0})
+    with pytest.raises(ValueError, match="group 'storm': count must be >= 0, got -1"):
+        many_pools_scenario("bench-x", {"storm": -1})
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([3.0, 1.0, 2.0], 99) == 3.0
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+
+
+def test_this_process_reports_a_resident_size_no_larger_than_its_peak() -> None:
+    import os
+
+    memory = proc_memory_kib(os.getpid())
+
+    assert 0 < memory["VmRSS"] <= memory["VmHWM"]
+
+
+def test_the_time_to_deroute_splits_into_intake_activities_and_the_rest() -> None:
+    rows = [
+        Row(1, "started", 100.05),
+        Row(5, "scheduled", 100.10, activity="assess_loss"),
+        Row(7, "completed", 100.30, scheduled_id=5),
+        Row(11, "scheduled", 100.40, activity="deroute_replica"),
+        Row(13, "completed", 100.90, scheduled_id=11),
+        Row(17, "scheduled", 101.00, activity="protect"),
+    ]
+
+    phases = split_phases(rows, posted_at=100.0, out_at=100.60)
+
+    assert phases["intake -> workflow started"] == pytest.approx(0.05)
+    assert phases["activity assess_loss"] == pytest.approx(0.20)
+    # Still confirming when the endpoint left: counted up to that moment only.
+    assert phases["activity deroute_replica"] == pytest.approx(0.20)
+    assert "activity protect" not in phases
+    assert sum(phases.values()) == pytest.approx(0.60)
+
+
+def test_an_incident_whose_history_never_started_is_all_intake() -> None:
+    assert split_phases([], posted_at=10.0, out_at=10.5) == {
+        "intake -> workflow started": pytest.approx(0.5)
+    }
+
+
+def test_median_phases_count_a_missing_phase_as_zero() -> None:
+    splits = [{"a": 1.0, "b": 2.0}, {"a": 3.0}, {"a": 5.0, "b": 4.0}]
+
+    assert median_phases(splits) == {"a": 3.0, "b": 2.0}
