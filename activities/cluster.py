@@ -1150,16 +1150,37 @@ class ClusterActivities:
             namespace, f"{s.warm_label}={s.warm_label_value},{s.pool_label}={pool}"
         )
         floor = WarmFloor(model=model, revision=revision)
-        for p in warm:
-            reason = self._warm_disqualified(p, model, revision, nodes)
+        for leader, members in self._replicas(warm):
+            reason = self._warm_disqualified(leader, model, revision, nodes, members)
             if reason:
-                floor.excluded[p.metadata.name] = reason
+                floor.excluded[leader.metadata.name] = reason
             else:
-                floor.ready.append(self._ref(p))
+                floor.ready.append(self._ref(leader))
         return floor
 
+    def _replicas(self, pods: list[Any]) -> list[tuple[Any, list[Any]]]:
+        """`pods` as replicas, each (leader, members): a LeaderWorkerSet group is one
+        replica that only its leader (worker index 0) represents; any other pod is its own."""
+        s = self.s
+        groups: dict[tuple[str, str], list[Any]] = {}
+        for p in pods:
+            labels = _labels(p)
+            lws, group = labels.get(s.lws_name_label), labels.get(s.lws_group_label)
+            key = (lws, group) if lws is not None and group is not None else ("", p.metadata.name)
+            groups.setdefault(key, []).append(p)
+        out = []
+        for members in groups.values():
+            members.sort(key=lambda p: int(_labels(p).get(s.lws_worker_index_label) or 0))
+            out.append((members[0], members))
+        return sorted(out, key=lambda r: str(r[0].metadata.name))
+
     def _warm_disqualified(
-        self, pod: Any, model: str | None, revision: str | None, nodes: dict[str, Any]
+        self,
+        pod: Any,
+        model: str | None,
+        revision: str | None,
+        nodes: dict[str, Any],
+        members: list[Any] | None = None,
     ) -> str | None:
         s = self.s
         labels = _labels(pod)
@@ -1169,6 +1190,15 @@ class ClusterActivities:
             return f"revision {labels.get(s.revision_label)!r} is not {revision!r}"
         if labels.get(s.router_label) == s.router_label_value:
             return "already serving"
+        # A group serves only with every rank up: one unready worker disqualifies it.
+        for member in members or [pod]:
+            reason = self._member_disqualified(member, nodes)
+            if reason:
+                return reason if member is pod else f"{member.metadata.name}: {reason}"
+        return None
+
+    def _member_disqualified(self, pod: Any, nodes: dict[str, Any]) -> str | None:
+        s = self.s
         if not pod_ready(pod):
             return "not Ready (not loaded or not healthy)"
         if not (pod.status and pod.status.pod_ip):
@@ -1419,9 +1449,9 @@ class ClusterActivities:
 
         def apply(op_id: str) -> dict[str, Any]:
             nodes = self._nodes()
-            candidates = sorted(
-                self._list_pods(input.namespace, selector), key=lambda p: p.metadata.name
-            )
+            groups = self._replicas(self._list_pods(input.namespace, selector))
+            members = {leader.metadata.name: group for leader, group in groups}
+            candidates = [leader for leader, _ in groups]
             promoted: list[str] = []
             skipped: dict[str, str] = {}
             # A retry finds its own earlier promotions by the stamp and counts them first.
@@ -1435,7 +1465,9 @@ class ClusterActivities:
                 if input.count is not None and len(promoted) >= input.count:
                     skipped[name] = "enough promoted"
                     continue
-                reason = self._warm_disqualified(p, input.model, input.revision, nodes)
+                reason = self._warm_disqualified(
+                    p, input.model, input.revision, nodes, members[name]
+                )
                 if reason:
                     skipped[name] = reason
                     continue

@@ -31,7 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from fleetsim.clock import ScaledClock
-from fleetsim.faults import InjectedFault
+from fleetsim.faults import Alert, InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
 from worker.drill_observe import Observer
@@ -176,6 +176,8 @@ class Drill:
         self.incidents: dict[str, dict[str, Any]] = {}
         self.approvals: list[Approval] = []
         self.delivery_errors: list[str] = []
+        # Alerts of injected faults whose rules do not fire yet (a node inside its grace).
+        self._unsent: list[Alert] = []
         self._posted = 0
         self._started_wall = time.monotonic()
 
@@ -245,8 +247,9 @@ class Drill:
         async with httpx.AsyncClient(timeout=10.0) as http:
             while time.monotonic() < deadline:
                 while delivered < len(self.fleet.injected):
-                    await self._deliver(http, self.fleet.injected[delivered])
+                    self._track(self.fleet.injected[delivered])
                     delivered += 1
+                await self._deliver_firing(http)
                 self.observer.tick()
                 await self._poll_incidents()
                 if self.on_progress is not None:
@@ -254,7 +257,7 @@ class Drill:
                 dead = self.stack.dead_children()
                 if dead:
                     raise DrillError(f"{dead[0].name} exited mid-drill; see {dead[0].log_path}")
-                if script.done() and self.incidents and self._all_closed():
+                if script.done() and not self._unsent and self.incidents and self._all_closed():
                     settled_at = settled_at or self.fleet.now()
                     if self.fleet.now() - settled_at >= self.options.settle_s:
                         return
@@ -266,18 +269,38 @@ class Drill:
             f"open incidents: {', '.join(k for k, v in self.incidents.items() if not v.get('closed'))}"
         )
 
-    async def _deliver(self, http: httpx.AsyncClient, fault: InjectedFault) -> None:
-        """Post the fault's alerts as Alertmanager would: one notification per pool group."""
+    def _track(self, fault: InjectedFault) -> None:
+        """Follow the fault's lost endpoints from now on; its alerts go out once they fire.
+
+        The endpoints are the pods its alerts name: for a lost rank that is the group's
+        leader (a worker has no endpoint of its own; the group leaves with its leader).
+        """
+        named = [a for a in fault.alerts if a.labels.get("pod")]
+        for alert in named:
+            labels = alert.labels
+            self.observer.track(labels["namespace"], labels.get("pool", ""), labels["pod"], fault.at)
+        if not named:
+            for pod_ref in fault.pods:
+                namespace, _, pod = pod_ref.partition("/")
+                self.observer.track(namespace, fault.fault.target.pool or "", pod, fault.at)
+        self._unsent.extend(fault.alerts)
+
+    async def _deliver_firing(self, http: httpx.AsyncClient) -> None:
+        """Post every alert whose rule fires by now, as Alertmanager would: one
+        notification per pool group."""
+        firing: list[Alert] = []
+        waiting: list[Alert] = []
+        for alert in self._unsent:
+            fired = self.fleet.firing(alert)
+            (waiting if fired is None else firing).append(fired or alert)
+        self._unsent = waiting
+        if firing:
+            await self._deliver(http, firing)
+
+    async def _deliver(self, http: httpx.AsyncClient, firing: list[Alert]) -> None:
         assert self.stack is not None
-        for pod_ref in fault.pods:
-            namespace, _, pod = pod_ref.partition("/")
-            pool = next(
-                (a.labels.get("pool", "") for a in fault.alerts if a.labels.get("pod") == pod),
-                fault.fault.target.pool or "",
-            )
-            self.observer.track(namespace, pool, pod, fault.at)
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for alert in fault.alerts:
+        for alert in firing:
             key = (alert.labels.get("namespace", ""), alert.labels.get("pool", ""))
             groups.setdefault(key, []).append(alert.to_alertmanager())
         for (namespace, pool), alerts in groups.items():

@@ -958,6 +958,12 @@ class ReplicaLossWorkflow:
         s = self.state
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
         new = [PodRef.model_validate(p) for p in s.new_replicas]
+        target_replicas = target_endpoints = s.facts.pool_size
+        if workflow.patched("verify-counts-promoted-spares"):
+            # A promoted spare serves in place of a lost replica but belongs to the warm
+            # workload: the pool's own workload owes only the rest. Its stand-in for a pod
+            # stranded on a dead node may never fit, and need not while the spare serves.
+            target_replicas = max(0, s.facts.pool_size - len(s.new_replicas))
         for attempt in range(1, self.input.verify_attempts + 1):
             capacity = await workflow.execute_activity_method(
                 ClusterActivities.verify_capacity,
@@ -965,7 +971,8 @@ class ReplicaLossWorkflow:
                     namespace=s.namespace,
                     pool=s.pool,
                     service=s.pool,
-                    target_replicas=s.facts.pool_size,
+                    target_replicas=target_replicas,
+                    target_endpoints=target_endpoints,
                     warm_floor_target=len(s.facts.warm_ready),
                     model=s.facts.model,
                     revision=s.facts.revision,
