@@ -341,6 +341,25 @@ class PendingResult(BaseModel):
 
 PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
 
+
+class ReplacementsInput(BaseModel):
+    namespace: str
+    pool: str
+    # Pods that are not replacements: the survivors, the lost, the promoted spares.
+    known: list[str] = Field(default_factory=list)
+
+
+class Replacement(BaseModel):
+    pod: PodRef
+    ready: bool
+
+
+class ReplacementsResult(BaseModel):
+    replacements: list[Replacement] = Field(default_factory=list)
+
+
+REPLACEMENTS_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+
 # ---------------------------------------------------------------------------- nodes
 
 
@@ -1999,6 +2018,27 @@ class ClusterActivities:
             if node and node != wrong:
                 return p.metadata.name, node
         return None, None
+
+    @activity.defn
+    def find_replacements(self, input: ReplacementsInput) -> ReplacementsResult:
+        """The pool's serving pods its controller started in place of lost ones (any not in
+        `known`), one per replica (a group by its leader), and whether each is Ready."""
+        s = self.s
+        pods = [
+            p
+            for p in self._list_pods(input.namespace, f"{s.pool_label}={input.pool}")
+            if not self._is_warm(p)
+            and p.metadata.deletion_timestamp is None
+            and (p.status.phase if p.status else None) not in ("Failed", "Succeeded")
+        ]
+        known = set(input.known)
+        return ReplacementsResult(
+            replacements=[
+                Replacement(pod=self._ref(leader), ready=all(pod_ready(m) for m in members))
+                for leader, members in self._replicas(pods)
+                if leader.metadata.name not in known
+            ]
+        )
 
     # ------------------------------------------------------------------ verify
 

@@ -34,6 +34,7 @@ from fleetsim.clock import ScaledClock
 from fleetsim.faults import Alert, InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
+from worker.drill_channel import PATH as CHANNEL_PATH, IncidentChannel, Notification
 from worker.drill_observe import Observer
 from worker.settings import Settings
 from worker.stack import Stack
@@ -58,6 +59,8 @@ class DrillOptions(BaseModel):
     timeout_s: float = Field(900.0, gt=0, description="wall-clock limit for the whole drill")
     # Fleet seconds to keep running after the last incident closed (traffic settles).
     settle_s: float = Field(5.0, ge=0)
+    # False: incidents skip the gradual ramp (FLEETMEND_RAMP), the runbook's baseline.
+    ramp: bool = True
 
 
 class StepOutcome(BaseModel):
@@ -105,6 +108,8 @@ class DrillResult(BaseModel):
     effects: EffectsSummary
     approvals: list[Approval]
     report_paths: list[str]
+    # What fleetmend posted to the incident channel (the drill's own webhook).
+    notifications: list[Notification] = Field(default_factory=list)
     temporal_ui: str | None = None
 
 
@@ -170,6 +175,8 @@ class Drill:
         self.clock = ScaledClock(options.speed)
         self.fleet = Fleet(self.scenario, clock=self.clock, kube_token=secrets.token_urlsafe(16))
         self.observer = Observer(self.fleet)
+        self.channel = IncidentChannel()
+        self.channel_url: str | None = None
         self.stack: Stack | None = None
         self.client: Client | None = None
         self.token = secrets.token_urlsafe(24)
@@ -190,7 +197,10 @@ class Drill:
             "intake_token": SecretStr(self.token),
             # The incident's own waits follow the fleet's clock.
             "time_scale": max(1.0, self.options.speed),
+            "ramp": self.options.ramp,
         }
+        if self.channel_url is not None:
+            update["notify_webhook_url"] = self.channel_url
         if self.options.free_ports:
             update |= {
                 "temporal_address": f"127.0.0.1:{_free_port()}",
@@ -202,6 +212,8 @@ class Drill:
     async def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self.fleet.start()
+        host, port = await self.fleet.host.serve("127.0.0.1", 0, self.channel.app())
+        self.channel_url = f"http://{host}:{port}{CHANNEL_PATH}"
         kubeconfig = self.fleet.write_kubeconfig(self.run_dir / "kubeconfig")
         self.stack = Stack(self._stack_settings(kubeconfig), ui=self.options.keep_up)
         await asyncio.to_thread(self.stack.start)
@@ -278,7 +290,9 @@ class Drill:
         named = [a for a in fault.alerts if a.labels.get("pod")]
         for alert in named:
             labels = alert.labels
-            self.observer.track(labels["namespace"], labels.get("pool", ""), labels["pod"], fault.at)
+            self.observer.track(
+                labels["namespace"], labels.get("pool", ""), labels["pod"], fault.at
+            )
         if not named:
             for pod_ref in fault.pods:
                 namespace, _, pod = pod_ref.partition("/")

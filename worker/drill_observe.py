@@ -107,6 +107,11 @@ class Observer:
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
+            if role == c.POOL_WARM and pod["metadata"]["labels"].get(c.LABEL_SERVING):
+                # A promoted spare serves: it no longer counts towards the warm floor.
+                continue
+            if pod["metadata"]["labels"].get(c.LABEL_LWS_WORKER_INDEX, "0") != "0":
+                continue  # a LeaderWorkerSet group counts once, by its leader
             for cond in (pod.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "Ready" and cond.get("status") == "True":
                     ready += 1
