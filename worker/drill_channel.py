@@ -22,6 +22,9 @@ PATH = "/incident-channel"
 class Notification(BaseModel):
     """One message as the channel received it: the Slack text and fleetmend's own facts."""
 
+    # The incident's milestone it announces (`lead-time`, `fragmentation`, `recovered`...),
+    # the last part of its operation id.
+    milestone: str = ""
     title: str = ""
     text: str = ""
     facts: list[dict[str, Any]] = Field(default_factory=list)
@@ -40,7 +43,10 @@ def notification_of(body: Any) -> Notification:
         own = {}
     facts = [f for f in own.get("facts") or [] if isinstance(f, dict)]
     return Notification(
-        title=str(own.get("title", "")), text=str(body.get("text", "")), facts=facts
+        milestone=str(own.get("op_id", "")).rsplit("/", 1)[-1],
+        title=str(own.get("title", "")),
+        text=str(body.get("text", "")),
+        facts=facts,
     )
 
 
