@@ -440,6 +440,7 @@ VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
 # ---------------------------------------------------------------------------- pure logic
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+CRASH_LOOP = "CrashLoopBackOff"
 FILESYSTEM_WORDS = ("ephemeral-storage", "nodefs", "imagefs", "no space left")
 NODE_POOL_OPERATION_TAINTS = frozenset(
     {
@@ -504,7 +505,12 @@ def detect_common_causes(
     findings: list[CommonCauseFinding] = []
     lost_pods = [p for p in pods if p.lost]
     hashes = sorted({p.template_hash for p in lost_pods if p.template_hash})
-    if (rollout is not None and rollout.in_progress) or len(hashes) > 1:
+    # Several pods of one template crashing on start is that template, not hardware: a
+    # rollout that finished (every replica replaced at once) still shipped a bad revision.
+    crashing = sorted(p.name for p in lost_pods if CRASH_LOOP in p.waiting_reasons)
+    crash_hashes = {p.template_hash for p in lost_pods if p.name in crashing}
+    bad_template = len(crashing) >= 2 and len(crash_hashes) == 1
+    if (rollout is not None and rollout.in_progress) or len(hashes) > 1 or bad_template:
         findings.append(
             CommonCauseFinding(
                 cause="rollout",
@@ -512,6 +518,7 @@ def detect_common_causes(
                     "workload": rollout.workload if rollout else None,
                     "detail": rollout.detail if rollout else "",
                     "template_hashes_of_lost_pods": hashes,
+                    "crash_looping": crashing,
                 },
             )
         )

@@ -82,6 +82,9 @@ class Alert:
     # node controller marked the node NotReady/Unknown (after the node-monitor grace), not
     # when the kubelet fell silent: `Fleet.firing` holds it back until then.
     awaits_node_not_ready: str | None = None
+    # KubePodCrashLooping is per pod: a rollout's alert names no pod until the new
+    # revision's pods crash, then fires once for each (`Fleet.firing`).
+    per_crash_looping_pod: bool = False
 
     def to_alertmanager(self) -> dict[str, Any]:
         """One element of Alertmanager's `POST /api/v2/alerts` body."""
@@ -378,7 +381,8 @@ class Injector:
                         edit({"spec": {"template": lwt[key]}})
 
             self.store.mutate(kind, t.pool, edit_lws, namespace=t.namespace)
-        out.alerts.append(self._alert(fault, None, namespace=t.namespace, pool=t.pool))
+        alert = self._alert(fault, None, namespace=t.namespace, pool=t.pool)
+        out.alerts.append(replace(alert, per_crash_looping_pod=True))
 
     def _annotate(self, resource: str, name: str, namespace: str | None, value: str) -> None:
         def edit(obj: Obj) -> None:

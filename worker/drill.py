@@ -183,8 +183,10 @@ class Drill:
         self.incidents: dict[str, dict[str, Any]] = {}
         self.approvals: list[Approval] = []
         self.delivery_errors: list[str] = []
-        # Alerts of injected faults whose rules do not fire yet (a node inside its grace).
-        self._unsent: list[Alert] = []
+        # The injected faults' alert rules (with the fault's time) not done firing: a node
+        # inside its grace, a rollout whose pods may still start crash-looping.
+        self._rules: list[tuple[float, Alert]] = []
+        self._sent: set[str] = set()
         self._posted = 0
         self._started_wall = time.monotonic()
 
@@ -269,7 +271,7 @@ class Drill:
                 dead = self.stack.dead_children()
                 if dead:
                     raise DrillError(f"{dead[0].name} exited mid-drill; see {dead[0].log_path}")
-                if script.done() and not self._unsent and self.incidents and self._all_closed():
+                if script.done() and not self._awaited() and self.incidents and self._all_closed():
                     settled_at = settled_at or self.fleet.now()
                     if self.fleet.now() - settled_at >= self.options.settle_s:
                         return
@@ -282,32 +284,42 @@ class Drill:
         )
 
     def _track(self, fault: InjectedFault) -> None:
-        """Follow the fault's lost endpoints from now on; its alerts go out once they fire.
+        """Its alerts go out once their rules fire; what they name is then followed.
 
-        The endpoints are the pods its alerts name: for a lost rank that is the group's
-        leader (a worker has no endpoint of its own; the group leaves with its leader).
+        The lost endpoints are the pods the alerts name: for a lost rank that is the
+        group's leader (a worker has no endpoint of its own; the group leaves with it).
         """
-        named = [a for a in fault.alerts if a.labels.get("pod")]
-        for alert in named:
-            labels = alert.labels
-            self.observer.track(
-                labels["namespace"], labels.get("pool", ""), labels["pod"], fault.at
-            )
-        if not named:
+        self._rules += [(fault.at, alert) for alert in fault.alerts]
+        if not any(a.labels.get("pod") or a.per_crash_looping_pod for a in fault.alerts):
             for pod_ref in fault.pods:
                 namespace, _, pod = pod_ref.partition("/")
                 self.observer.track(namespace, fault.fault.target.pool or "", pod, fault.at)
-        self._unsent.extend(fault.alerts)
+
+    def _awaited(self) -> bool:
+        """An alert that will still fire once (a node inside its grace)."""
+        return any(not rule.per_crash_looping_pod for _, rule in self._rules)
 
     async def _deliver_firing(self, http: httpx.AsyncClient) -> None:
-        """Post every alert whose rule fires by now, as Alertmanager would: one
-        notification per pool group."""
+        """Post every alert whose rule fires by now and was not posted yet, as Alertmanager
+        would: one notification per pool group."""
         firing: list[Alert] = []
-        waiting: list[Alert] = []
-        for alert in self._unsent:
-            fired = self.fleet.firing(alert)
-            (waiting if fired is None else firing).append(fired or alert)
-        self._unsent = waiting
+        pending: list[tuple[float, Alert]] = []
+        for fault_at, rule in self._rules:
+            fired = self.fleet.firing(rule)
+            if not fired or rule.per_crash_looping_pod:
+                pending.append((fault_at, rule))
+            for alert in fired:
+                key = _fingerprint(alert.labels)
+                if key in self._sent:
+                    continue
+                self._sent.add(key)
+                firing.append(alert)
+                labels = alert.labels
+                if labels.get("pod"):
+                    self.observer.track(
+                        labels.get("namespace", ""), labels.get("pool", ""), labels["pod"], fault_at
+                    )
+        self._rules = pending
         if firing:
             await self._deliver(http, firing)
 

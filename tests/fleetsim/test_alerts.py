@@ -71,14 +71,14 @@ async def test_a_node_alert_fires_only_once_the_node_controller_marks_the_node_n
             await clock.advance(1.0)
             await asyncio.sleep(0.01)
         assert kpods.node_ready(fleet.store.get("nodes", node))
-        assert fleet.firing(alert) is None
+        assert fleet.firing(alert) == []
         assert fleet.alerts() == []
         for _ in range(15):
             await clock.advance(1.0)
             await asyncio.sleep(0.01)
         assert not kpods.node_ready(fleet.store.get("nodes", node))
-        fired = fleet.firing(alert)
-        assert fired is not None and fired.labels == alert.labels
+        (fired,) = fleet.firing(alert)
+        assert fired.labels == alert.labels
         # It starts when the node left Ready, after the fault, not at the fault.
         assert fired.starts_at > alert.starts_at
         assert [a["labels"]["pod"] for a in fleet.alerts()] == [alert.labels["pod"]]
