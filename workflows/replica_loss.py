@@ -136,6 +136,10 @@ with workflow.unsafe.imports_passed_through():
 R = TypeVar("R")
 
 ASSESS_RATE_WINDOW_S = 1.0
+ROLLOUT_NOT_CHURNED = (
+    "not scaled: the losses share a rollout, and new replicas of its revision would fail "
+    "the same way; revert the revision"
+)
 RAMP_DISABLED = (
     "disabled by the incident's options: a replacement takes an equal share the moment "
     "it is ready (the runbook's baseline)"
@@ -752,6 +756,17 @@ class ReplicaLossWorkflow:
         kind, name = s.facts.workload_kind, s.facts.workload_name
         if kind not in ("Deployment", "LeaderWorkerSet") or not name:
             self._evidence(scale="no scalable workload found for the pool")
+            return
+        if "rollout" in s.facts.common_causes and workflow.patched("rollout-not-churned"):
+            # Replicas of a bad revision fail the same way: scaling only churns them. The fix
+            # is reverting the revision the way it shipped (an operator's call).
+            self._evidence(scale=ROLLOUT_NOT_CHURNED)
+            await self._notify(
+                "bad-rollout",
+                f"{s.namespace}/{s.pool}: the losses share a rollout; nothing scaled: "
+                f"revert {kind}/{name} to its previous revision",
+                [Fact(name="replicas lost", value=len(s.facts.lost_replicas))],
+            )
             return
         target = s.facts.pool_size + len(s.facts.lost_replicas)
         if not await self._gate(

@@ -21,6 +21,8 @@ from temporalio.exceptions import ApplicationError
 from activities.cluster import (
     AssessInput,
     AssessResult,
+    CommonCause,
+    CommonCauseFinding,
     CordonResult,
     DemoteWarmInput,
     DemoteWarmResult,
@@ -128,6 +130,8 @@ class Fleet:
     verify_passes: bool = True
     # Pods the pool's controller started in place of lost ones: name -> Ready.
     replacements: dict[str, bool] = field(default_factory=dict)
+    # What the assessment finds behind the losses (`rollout`, `image-pull`, ...).
+    common_causes: list[CommonCause] = field(default_factory=list)
     # Per pod, TTFT p99 of successive probes; a pod absent answers 0.4 s.
     probe_ttft: dict[str, list[float]] = field(default_factory=dict)
     fail: Callable[[str, BaseModel], bool] = lambda name, request: False
@@ -253,6 +257,7 @@ class FakeActivities:
             workload_name=f.pool,
             model=MODEL,
             revision=REVISION,
+            common_causes=[CommonCauseFinding(cause=c) for c in f.common_causes],
         )
 
     @activity.defn(name="read_routing_state")

@@ -54,3 +54,24 @@ async def test_with_ramping_disabled_a_replacement_is_neither_held_nor_ramped_an
     assert not any("/hold-replacements/" in op or "/ramp/" in op for op in fleet.applied)
     assert "ramp_traffic" not in [name for name, _ in fleet.calls]
     assert fleet.pods[replacement].weight is None
+
+
+async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    fleet.common_causes = ["rollout"]
+    for pod in (f"{fleet.pool}-2", f"{fleet.pool}-3"):
+        fleet.kill(pod)
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(
+            ts_env.client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3")
+        )
+        await handle.result()
+        status = await status_of(handle)
+    (provision,) = [e for e in status.timeline if e.step == "provision"]
+    assert "rollout" in provision.evidence["scale"]
+    # No gate asked to scale, and nothing scaled: replicas of the bad revision would crash too.
+    assert not any(e.step == "gate-opened" and "provision" in e.outcome for e in status.timeline)
+    assert "scale_pool" not in [name for name, _ in fleet.calls]
+    assert any(op.endswith("/notify/bad-rollout") for op in fleet.applied)
