@@ -143,14 +143,18 @@ class Observer:
             elif lost.out_at is not None and lost.routed_at_out is not None:
                 lost.routed_after_out = self._routed(lost.pod) - lost.routed_at_out
         for (namespace, pool), floor in self.floors.items():
-            if floor.lost_at is None or floor.restored_at is not None:
+            if floor.lost_at is None:
                 continue
-            if all(
+            restored = all(
                 lost.out_at is not None
                 for lost in self.lost.values()
                 if (lost.namespace, lost.pool) == (namespace, pool)
-            ) and self.warm_floor_restored(namespace, pool):
+            ) and self.warm_floor_restored(namespace, pool)
+            if restored and floor.restored_at is None:
                 floor.restored_at = now
+            elif not restored:
+                # Back for good only: a spare promoted afterwards spends the floor again.
+                floor.restored_at = None
         if now - self._last_sample >= self._sample_every_s:
             self._last_sample = now
             self._sample(now)
