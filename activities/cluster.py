@@ -352,6 +352,8 @@ class ReplacementsInput(BaseModel):
 class Replacement(BaseModel):
     pod: PodRef
     ready: bool
+    # Why it will not become Ready by waiting (ImagePullBackOff, CrashLoopBackOff...).
+    stuck: str | None = None
 
 
 class ReplacementsResult(BaseModel):
@@ -441,6 +443,8 @@ VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 CRASH_LOOP = "CrashLoopBackOff"
+# A container waiting for one of these does not start by itself: waiting for it is futile.
+STUCK_REASONS = IMAGE_PULL_REASONS | {CRASH_LOOP}
 FILESYSTEM_WORDS = ("ephemeral-storage", "nodefs", "imagefs", "no space left")
 NODE_POOL_OPERATION_TAINTS = frozenset(
     {
@@ -2041,7 +2045,19 @@ class ClusterActivities:
         known = set(input.known)
         return ReplacementsResult(
             replacements=[
-                Replacement(pod=self._ref(leader), ready=all(pod_ready(m) for m in members))
+                Replacement(
+                    pod=self._ref(leader),
+                    ready=all(pod_ready(m) for m in members),
+                    stuck=next(
+                        (
+                            reason
+                            for m in members
+                            for reason in self._pod_facts(m, lost=False).waiting_reasons
+                            if reason in STUCK_REASONS
+                        ),
+                        None,
+                    ),
+                )
                 for leader, members in self._replicas(pods)
                 if leader.metadata.name not in known
             ]

@@ -727,7 +727,12 @@ class ReplicaLossWorkflow:
         while True:
             found = await self._find_replacements()
             ready = [r.pod for r in found if r.ready]
-            waiting = [r.pod.name for r in found if r.pod.name in held and not r.ready]
+            stuck = {r.pod.name: r.stuck for r in found if r.stuck and not r.ready}
+            waiting = [
+                r.pod.name
+                for r in found
+                if r.pod.name in held and not r.ready and r.pod.name not in stuck
+            ]
             if not waiting or workflow.now() >= deadline:
                 break
             await workflow.sleep(poll)
@@ -736,7 +741,9 @@ class ReplicaLossWorkflow:
                 pod.name,
                 ReplicaShare(pod=pod.name, cooldown_s=self.input.cooldown_s, state="half-open"),
             )
-        self._evidence(replacements_ready=[p.name for p in ready], still_loading=waiting)
+        self._evidence(
+            replacements_ready=[p.name for p in ready], still_loading=waiting, stuck=stuck
+        )
         return ready
 
     async def provision_capacity(self) -> None:

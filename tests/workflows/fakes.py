@@ -130,6 +130,8 @@ class Fleet:
     verify_passes: bool = True
     # Pods the pool's controller started in place of lost ones: name -> Ready.
     replacements: dict[str, bool] = field(default_factory=dict)
+    # Replacements that cannot start by waiting: name -> waiting reason.
+    stuck: dict[str, str] = field(default_factory=dict)
     # What the assessment finds behind the losses (`rollout`, `image-pull`, ...).
     common_causes: list[CommonCause] = field(default_factory=list)
     # Per pod, TTFT p99 of successive probes; a pod absent answers 0.4 s.
@@ -398,7 +400,11 @@ class FakeActivities:
         self.fleet._enter("find_replacements", input)
         return ReplacementsResult(
             replacements=[
-                Replacement(pod=PodRef(namespace=input.namespace, name=name), ready=ready)
+                Replacement(
+                    pod=PodRef(namespace=input.namespace, name=name),
+                    ready=ready,
+                    stuck=self.fleet.stuck.get(name),
+                )
                 for name, ready in sorted(self.fleet.replacements.items())
                 if name not in input.known
             ]

@@ -75,3 +75,23 @@ async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
     assert not any(e.step == "gate-opened" and "provision" in e.outcome for e in status.timeline)
     assert "scale_pool" not in [name for name, _ in fleet.calls]
     assert any(op.endswith("/notify/bad-rollout") for op in fleet.applied)
+
+
+async def test_a_replacement_that_cannot_pull_its_image_is_not_waited_for(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
+    fleet.replacements[replacement] = False
+    fleet.stuck[replacement] = "ImagePullBackOff"
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
+        await handle.result()
+        status = await status_of(handle)
+    ramp = next(e for e in status.timeline if e.step == "ramp")
+    assert ramp.evidence["stuck"] == {replacement: "ImagePullBackOff"}
+    assert ramp.evidence["still_loading"] == []
+    # Asked once: a pull that fails does not succeed by polling until the gate timeout.
+    assert [name for name, _ in fleet.calls].count("find_replacements") == 2
