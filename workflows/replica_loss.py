@@ -858,6 +858,11 @@ class ReplicaLossWorkflow:
     async def triage_hardware(self) -> None:
         """Only now, with the node out of the serving path, classify its fault and quarantine it."""
         s = self.state
+        if "rollout" in s.facts.common_causes and workflow.patched("rollout-not-triaged"):
+            # Pods of a bad revision crash on healthy nodes: cordoning them would take good
+            # capacity away for a fault that is in the software.
+            self._evidence(skipped="the losses share a rollout: no hardware to triage")
+            return
         still_serving = {loss.node for loss in s.losses if loss.pod in s.held_routed and loss.node}
         for node in s.facts.lost_nodes:
             if node in s.triaged_nodes:

@@ -91,6 +91,28 @@ def report_says_fragmentation(result: DrillResult, reports: list[dict[str, Any]]
     assert any(n.milestone == "fragmentation" for n in result.notifications)
 
 
+def rollout_is_a_common_cause_and_nothing_churns(
+    result: DrillResult, reports: list[dict[str, Any]]
+) -> None:
+    (incident,) = result.incidents
+    assert "rollout" in incident.common_causes
+    (report,) = reports
+    assert not [e for e in report["effects"] if e["kind"] in ("scale", "cordon-node")]
+    (provision,) = timeline(report, "provision")
+    assert "rollout" in provision["evidence"]["scale"]
+    assert "provision" not in {a.kind for a in result.approvals}
+    assert any(n.milestone == "bad-rollout" for n in result.notifications)
+
+
+def the_replacement_is_seen_stuck_on_its_image(
+    result: DrillResult, reports: list[dict[str, Any]]
+) -> None:
+    (report,) = reports
+    (ramp,) = timeline(report, "ramp")
+    assert set(ramp["evidence"]["stuck"].values()) <= {"ErrImagePull", "ImagePullBackOff"}
+    assert ramp["evidence"]["stuck"]
+
+
 SCENARIOS: dict[str, Expected] = {
     "node-lost": Expected(specific=[node_alert_fires_after_not_ready]),
     "rank-lost": Expected(specific=[the_group_leaves_by_its_leader]),
@@ -103,6 +125,20 @@ SCENARIOS: dict[str, Expected] = {
         warm_floor_restored=False,
         specific=[report_says_fragmentation],
     ),
+    # Every replica of the new revision crash-loops (fleetsim replaces the old ones at once):
+    # nothing comes back until the revision is reverted, which is an operator's call.
+    "bad-rollout": Expected(
+        outcome="recovered-measures-kept",
+        warm_floor_restored=False,
+        specific=[rollout_is_a_common_cause_and_nothing_churns],
+    ),
+    # The registry is down for the pool: the replacement and a new spare cannot start.
+    "image-pull-failure": Expected(
+        outcome="recovered-measures-kept",
+        warm_floor_restored=False,
+        specific=[the_replacement_is_seen_stuck_on_its_image],
+    ),
+    "disk-full": Expected(),
 }
 
 

@@ -74,6 +74,8 @@ async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
     # No gate asked to scale, and nothing scaled: replicas of the bad revision would crash too.
     assert not any(e.step == "gate-opened" and "provision" in e.outcome for e in status.timeline)
     assert "scale_pool" not in [name for name, _ in fleet.calls]
+    # Nor are healthy nodes cordoned for a fault that is in the software.
+    assert "triage_node" not in [name for name, _ in fleet.calls]
     assert any(op.endswith("/notify/bad-rollout") for op in fleet.applied)
 
 
