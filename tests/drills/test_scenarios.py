@@ -48,7 +48,7 @@ def node_alert_fires_after_not_ready(result: DrillResult, reports: list[dict[str
     # when the node controller has already taken the pod's endpoint out.
     (report,) = reports
     assert report["summary"]["detection_s"] >= 40.0
-    assert set(result.time_to_deroute_s.values()) == {0.0}
+    assert all(s is not None and s < 1.0 for s in result.time_to_deroute_s.values())
 
 
 def the_group_leaves_by_its_leader(result: DrillResult, reports: list[dict[str, Any]]) -> None:
