@@ -95,6 +95,9 @@ class PodFacts(BaseModel):
     waiting_reasons: list[str] = Field(default_factory=list)
     template_hash: str | None = None
     lost: bool = False
+    # A container that exited with an error and was restarted (between two crashes of a
+    # crash loop its waiting reason is gone: it is loading again).
+    crashed: bool = False
 
 
 class NodeFacts(BaseModel):
@@ -511,7 +514,7 @@ def detect_common_causes(
     hashes = sorted({p.template_hash for p in lost_pods if p.template_hash})
     # Several pods of one template crashing on start is that template, not hardware: a
     # rollout that finished (every replica replaced at once) still shipped a bad revision.
-    crashing = sorted(p.name for p in lost_pods if CRASH_LOOP in p.waiting_reasons)
+    crashing = sorted(p.name for p in lost_pods if p.crashed or CRASH_LOOP in p.waiting_reasons)
     crash_hashes = {p.template_hash for p in lost_pods if p.name in crashing}
     bad_template = len(crashing) >= 2 and len(crash_hashes) == 1
     if (rollout is not None and rollout.in_progress) or len(hashes) > 1 or bad_template:
@@ -1130,9 +1133,17 @@ class ClusterActivities:
 
     def _pod_facts(self, pod: Any, *, lost: bool) -> PodFacts:
         waiting: list[str] = []
+        crashed = False
         for cs in (pod.status.container_statuses if pod.status else None) or []:
             if cs.state and cs.state.waiting and cs.state.waiting.reason:
                 waiting.append(cs.state.waiting.reason)
+            last = cs.last_state.terminated if cs.last_state else None
+            crashed = crashed or bool(
+                (cs.restart_count or 0) > 0
+                and last is not None
+                and last.exit_code
+                and last.reason != "OOMKilled"
+            )
         return PodFacts(
             name=pod.metadata.name,
             node=pod.spec.node_name if pod.spec else None,
@@ -1142,6 +1153,7 @@ class ClusterActivities:
             waiting_reasons=waiting,
             template_hash=_labels(pod).get("pod-template-hash"),
             lost=lost,
+            crashed=crashed,
         )
 
     def _node_facts(self, node: Any) -> NodeFacts:

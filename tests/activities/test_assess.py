@@ -103,6 +103,16 @@ def _node(name: str, **kw: object) -> NodeFacts:
             {"rollout"},
         ),
         (
+            "pods of one template restarted after errors, between two crashes",
+            [
+                PodFacts(name=f"p{i}", lost=True, template_hash="new", crashed=True)
+                for i in range(2)
+            ],
+            [],
+            RolloutFacts(workload="Deployment/llm", in_progress=False),
+            {"rollout"},
+        ),
+        (
             "one crash-looping pod is not a revision's fault",
             [
                 PodFacts(name="p0", lost=True, template_hash="new", waiting_reasons=[CRASH]),
