@@ -71,9 +71,8 @@ def assert_shedding_removed_only_with_the_warm_floor_back(
         assert not verified, f"shedding kept though verification passed: {roll_back['evidence']}"
         return False
     assert floor["passed"] is True and verified
-    shed = [e for e in report["effects"] if e["kind"] == "shed-tier"]
-    rolled_back = {e["compensates"] for e in shed if e["compensates"]}
-    applied = [e for e in shed if not e["compensates"]]
+    rolled_back = {e["compensates"] for e in report["effects"] if e["compensates"]}
+    applied = [e for e in report["effects"] if e["kind"] == "shed-tier"]
     assert all(e["op_id"] in rolled_back for e in applied), "a shed tier was never rolled back"
     return True
 
