@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PACKAGES := workflows activities ledger worker fleetsim migrations
 
-.PHONY: venv demo up test lint fmt bench drills clean
+.PHONY: venv demo up test lint fmt bench drills ramp-experiment clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,11 +41,16 @@ bench: venv
 # orphan or did not finish.
 drills: venv
 	@mkdir -p .fleetmend; failed=0; \
-	for s in $$($(PY) -m fleetsim scenarios | cut -d: -f1); do \
+	for s in $$($(PY) -m fleetsim scenarios | cut -d: -f1 | grep -vx ramp-experiment); do \
 	  echo "== $$s"; \
 	  $(BIN)/fleetmend drill $$s --speed 20 --free-ports --auto-approve --json --timeout 600 \
 	    > .fleetmend/drill-$$s.json 2> .fleetmend/drill-$$s.log || { echo "$$s: FAILED"; failed=1; }; \
 	done; exit $$failed
+
+# The runbook's ramp experiment at its own rates (60 req/s, so 4x, not 20x): fleetmend's
+# ramp vs --no-ramp, beside the runbook's late-request figures. About 6 minutes.
+ramp-experiment: venv
+	$(PY) -m bench.ramp_bench --speed 4
 
 clean:
 	rm -rf $(VENV) .fleetmend .pytest_cache .mypy_cache .ruff_cache

@@ -105,6 +105,7 @@ def build_activities(
         cluster.find_warm_workload,
         cluster.estimate_lead_time,
         cluster.diagnose_pending,
+        cluster.find_replacements,
         cluster.cordon_node,
         cluster.uncordon_node,
         cluster.relocate_misplaced_pod,

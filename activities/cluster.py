@@ -95,6 +95,9 @@ class PodFacts(BaseModel):
     waiting_reasons: list[str] = Field(default_factory=list)
     template_hash: str | None = None
     lost: bool = False
+    # A container that exited with an error and was restarted (between two crashes of a
+    # crash loop its waiting reason is gone: it is loading again).
+    crashed: bool = False
 
 
 class NodeFacts(BaseModel):
@@ -341,6 +344,27 @@ class PendingResult(BaseModel):
 
 PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
 
+
+class ReplacementsInput(BaseModel):
+    namespace: str
+    pool: str
+    # Pods that are not replacements: the survivors, the lost, the promoted spares.
+    known: list[str] = Field(default_factory=list)
+
+
+class Replacement(BaseModel):
+    pod: PodRef
+    ready: bool
+    # Why it will not become Ready by waiting (ImagePullBackOff, CrashLoopBackOff...).
+    stuck: str | None = None
+
+
+class ReplacementsResult(BaseModel):
+    replacements: list[Replacement] = Field(default_factory=list)
+
+
+REPLACEMENTS_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+
 # ---------------------------------------------------------------------------- nodes
 
 
@@ -421,6 +445,9 @@ VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
 # ---------------------------------------------------------------------------- pure logic
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+CRASH_LOOP = "CrashLoopBackOff"
+# A container waiting for one of these does not start by itself: waiting for it is futile.
+STUCK_REASONS = IMAGE_PULL_REASONS | {CRASH_LOOP}
 FILESYSTEM_WORDS = ("ephemeral-storage", "nodefs", "imagefs", "no space left")
 NODE_POOL_OPERATION_TAINTS = frozenset(
     {
@@ -485,7 +512,12 @@ def detect_common_causes(
     findings: list[CommonCauseFinding] = []
     lost_pods = [p for p in pods if p.lost]
     hashes = sorted({p.template_hash for p in lost_pods if p.template_hash})
-    if (rollout is not None and rollout.in_progress) or len(hashes) > 1:
+    # Several pods of one template crashing on start is that template, not hardware: a
+    # rollout that finished (every replica replaced at once) still shipped a bad revision.
+    crashing = sorted(p.name for p in lost_pods if p.crashed or CRASH_LOOP in p.waiting_reasons)
+    crash_hashes = {p.template_hash for p in lost_pods if p.name in crashing}
+    bad_template = len(crashing) >= 2 and len(crash_hashes) == 1
+    if (rollout is not None and rollout.in_progress) or len(hashes) > 1 or bad_template:
         findings.append(
             CommonCauseFinding(
                 cause="rollout",
@@ -493,6 +525,7 @@ def detect_common_causes(
                     "workload": rollout.workload if rollout else None,
                     "detail": rollout.detail if rollout else "",
                     "template_hashes_of_lost_pods": hashes,
+                    "crash_looping": crashing,
                 },
             )
         )
@@ -1100,9 +1133,17 @@ class ClusterActivities:
 
     def _pod_facts(self, pod: Any, *, lost: bool) -> PodFacts:
         waiting: list[str] = []
+        crashed = False
         for cs in (pod.status.container_statuses if pod.status else None) or []:
             if cs.state and cs.state.waiting and cs.state.waiting.reason:
                 waiting.append(cs.state.waiting.reason)
+            last = cs.last_state.terminated if cs.last_state else None
+            crashed = crashed or bool(
+                (cs.restart_count or 0) > 0
+                and last is not None
+                and last.exit_code
+                and last.reason != "OOMKilled"
+            )
         return PodFacts(
             name=pod.metadata.name,
             node=pod.spec.node_name if pod.spec else None,
@@ -1112,6 +1153,7 @@ class ClusterActivities:
             waiting_reasons=waiting,
             template_hash=_labels(pod).get("pod-template-hash"),
             lost=lost,
+            crashed=crashed,
         )
 
     def _node_facts(self, node: Any) -> NodeFacts:
@@ -1150,16 +1192,37 @@ class ClusterActivities:
             namespace, f"{s.warm_label}={s.warm_label_value},{s.pool_label}={pool}"
         )
         floor = WarmFloor(model=model, revision=revision)
-        for p in warm:
-            reason = self._warm_disqualified(p, model, revision, nodes)
+        for leader, members in self._replicas(warm):
+            reason = self._warm_disqualified(leader, model, revision, nodes, members)
             if reason:
-                floor.excluded[p.metadata.name] = reason
+                floor.excluded[leader.metadata.name] = reason
             else:
-                floor.ready.append(self._ref(p))
+                floor.ready.append(self._ref(leader))
         return floor
 
+    def _replicas(self, pods: list[Any]) -> list[tuple[Any, list[Any]]]:
+        """`pods` as replicas, each (leader, members): a LeaderWorkerSet group is one
+        replica that only its leader (worker index 0) represents; any other pod is its own."""
+        s = self.s
+        groups: dict[tuple[str, str], list[Any]] = {}
+        for p in pods:
+            labels = _labels(p)
+            lws, group = labels.get(s.lws_name_label), labels.get(s.lws_group_label)
+            key = (lws, group) if lws is not None and group is not None else ("", p.metadata.name)
+            groups.setdefault(key, []).append(p)
+        out = []
+        for members in groups.values():
+            members.sort(key=lambda p: int(_labels(p).get(s.lws_worker_index_label) or 0))
+            out.append((members[0], members))
+        return sorted(out, key=lambda r: str(r[0].metadata.name))
+
     def _warm_disqualified(
-        self, pod: Any, model: str | None, revision: str | None, nodes: dict[str, Any]
+        self,
+        pod: Any,
+        model: str | None,
+        revision: str | None,
+        nodes: dict[str, Any],
+        members: list[Any] | None = None,
     ) -> str | None:
         s = self.s
         labels = _labels(pod)
@@ -1169,6 +1232,15 @@ class ClusterActivities:
             return f"revision {labels.get(s.revision_label)!r} is not {revision!r}"
         if labels.get(s.router_label) == s.router_label_value:
             return "already serving"
+        # A group serves only with every rank up: one unready worker disqualifies it.
+        for member in members or [pod]:
+            reason = self._member_disqualified(member, nodes)
+            if reason:
+                return reason if member is pod else f"{member.metadata.name}: {reason}"
+        return None
+
+    def _member_disqualified(self, pod: Any, nodes: dict[str, Any]) -> str | None:
+        s = self.s
         if not pod_ready(pod):
             return "not Ready (not loaded or not healthy)"
         if not (pod.status and pod.status.pod_ip):
@@ -1419,9 +1491,9 @@ class ClusterActivities:
 
         def apply(op_id: str) -> dict[str, Any]:
             nodes = self._nodes()
-            candidates = sorted(
-                self._list_pods(input.namespace, selector), key=lambda p: p.metadata.name
-            )
+            groups = self._replicas(self._list_pods(input.namespace, selector))
+            members = {leader.metadata.name: group for leader, group in groups}
+            candidates = [leader for leader, _ in groups]
             promoted: list[str] = []
             skipped: dict[str, str] = {}
             # A retry finds its own earlier promotions by the stamp and counts them first.
@@ -1435,7 +1507,9 @@ class ClusterActivities:
                 if input.count is not None and len(promoted) >= input.count:
                     skipped[name] = "enough promoted"
                     continue
-                reason = self._warm_disqualified(p, input.model, input.revision, nodes)
+                reason = self._warm_disqualified(
+                    p, input.model, input.revision, nodes, members[name]
+                )
                 if reason:
                     skipped[name] = reason
                     continue
@@ -1967,6 +2041,39 @@ class ClusterActivities:
             if node and node != wrong:
                 return p.metadata.name, node
         return None, None
+
+    @activity.defn
+    def find_replacements(self, input: ReplacementsInput) -> ReplacementsResult:
+        """The pool's serving pods its controller started in place of lost ones (any not in
+        `known`), one per replica (a group by its leader), and whether each is Ready."""
+        s = self.s
+        pods = [
+            p
+            for p in self._list_pods(input.namespace, f"{s.pool_label}={input.pool}")
+            if not self._is_warm(p)
+            and p.metadata.deletion_timestamp is None
+            and (p.status.phase if p.status else None) not in ("Failed", "Succeeded")
+        ]
+        known = set(input.known)
+        return ReplacementsResult(
+            replacements=[
+                Replacement(
+                    pod=self._ref(leader),
+                    ready=all(pod_ready(m) for m in members),
+                    stuck=next(
+                        (
+                            reason
+                            for m in members
+                            for reason in self._pod_facts(m, lost=False).waiting_reasons
+                            if reason in STUCK_REASONS
+                        ),
+                        None,
+                    ),
+                )
+                for leader, members in self._replicas(pods)
+                if leader.metadata.name not in known
+            ]
+        )
 
     # ------------------------------------------------------------------ verify
 

@@ -95,6 +95,13 @@ def lead_time_facts(seconds: float, source: str, samples: int, warm_floor: int) 
     ]
 
 
+def _acknowledged(op_id: str) -> dict[str, Any]:
+    # A webhook cannot be read back: the receiver's 2xx, which `apply` required before the
+    # ledger recorded it applied, is the only observation there is. Without it a delivered
+    # message would stay unconfirmed and reconciliation would call it an orphan.
+    return {"acknowledged": "2xx"}
+
+
 class NotifyActivities:
     """Posts to the incident channel webhook."""
 
@@ -138,6 +145,7 @@ class NotifyActivities:
             target="webhook/incident-channel",
             intent={"title": input.title, "facts": [f.model_dump() for f in input.facts]},
             apply=apply,
+            confirm=_acknowledged,
         )
         status = outcome.result.get("status_code")
         return NotifyResult(

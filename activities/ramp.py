@@ -130,16 +130,16 @@ def plan_ramp_step(
 ) -> RampPlan:
     """Credit each replica with a rate and turn the credits into weights (pure; unit-tested).
 
-    Warm replicas are credited with their measured rate. A new replica's credit climbs
-    toward the warm replicas' mean rate by step/steps while its own TTFT p99 stays under
+    Warm replicas are credited with their mean measured rate: one that keeps up serves
+    what it is sent, so its own rate measures its share, not its capacity, and crediting
+    each its own would compound the window's noise step after step. A new replica's credit
+    climbs toward that rate by step/steps while its own TTFT p99 stays under
     `hold_fraction` of the SLO; between that and the SLO it holds its credit; over the SLO
     its credit halves. One that failed warm-up stays at the probe share.
     """
     measured = [r for r in warm_rates.values() if r is not None and r > 0]
     reference = sum(measured) / len(measured) if measured else 1.0
-    credit: dict[str, float] = {
-        pod: (r if r is not None and r > 0 else reference) for pod, r in warm_rates.items()
-    }
+    credit: dict[str, float] = dict.fromkeys(warm_rates, reference)
     warm_total = sum(credit.values())
     # The rate that gives a share of exactly probe_share next to the warm replicas.
     probe_credit = warm_total * probe_share / max(1e-9, 1.0 - probe_share)

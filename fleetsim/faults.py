@@ -27,7 +27,7 @@ before injection, with only what the scenario itself determines (no pod names).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,13 @@ class Alert:
     labels: dict[str, str]
     annotations: dict[str, str]
     starts_at: datetime
+    # The node rule reads kube_node_status_condition, so its alert exists only once the
+    # node controller marked the node NotReady/Unknown (after the node-monitor grace), not
+    # when the kubelet fell silent: `Fleet.firing` holds it back until then.
+    awaits_node_not_ready: str | None = None
+    # KubePodCrashLooping is per pod: a rollout's alert names no pod until the new
+    # revision's pods crash, then fires once for each (`Fleet.firing`).
+    per_crash_looping_pod: bool = False
 
     def to_alertmanager(self) -> dict[str, Any]:
         """One element of Alertmanager's `POST /api/v2/alerts` body."""
@@ -227,7 +234,8 @@ class Injector:
             for pod in victims:
                 out.pods.append(_ref(pod))
                 if (pod["metadata"].get("labels") or {}).get(c.LABEL_POOL) == c.POOL_SERVING:
-                    out.alerts.append(self._alert(fault, pod))
+                    alert = self._alert(fault, pod)
+                    out.alerts.append(replace(alert, awaits_node_not_ready=node))
 
     def _pod_oom_killed(self, fault: Fault, out: InjectedFault) -> None:
         for pod in self._target_pods(fault):
@@ -373,7 +381,8 @@ class Injector:
                         edit({"spec": {"template": lwt[key]}})
 
             self.store.mutate(kind, t.pool, edit_lws, namespace=t.namespace)
-        out.alerts.append(self._alert(fault, None, namespace=t.namespace, pool=t.pool))
+        alert = self._alert(fault, None, namespace=t.namespace, pool=t.pool)
+        out.alerts.append(replace(alert, per_crash_looping_pod=True))
 
     def _annotate(self, resource: str, name: str, namespace: str | None, value: str) -> None:
         def edit(obj: Obj) -> None:

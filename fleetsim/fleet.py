@@ -27,6 +27,8 @@ import contextlib
 import logging
 import random
 import socket
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from fleetsim import contract as c
 from fleetsim.actions import ActionSink
 from fleetsim.clock import Clock, WallClock
 from fleetsim.dcgm import DCGM_PORT, NodeGpus
-from fleetsim.faults import InjectedFault, Injector
+from fleetsim.faults import Alert, InjectedFault, Injector
 from fleetsim.kube import pods as kpods
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.rbac import Authorizer
@@ -471,9 +473,54 @@ class Fleet:
                 # rest of the script or the fleet.
                 log.exception("fleetsim: fault %s at t=%s failed", fault.kind, fault.at)
 
+    def firing(self, alert: Alert) -> list[Alert]:
+        """`alert` as Alertmanager has it now: none while its rule does not fire yet.
+
+        A node alert starts when the node stopped being Ready, which the node controller
+        decides only after the node-monitor grace (the rule's `for` is not modelled). A
+        pool's crash-loop alert is one alert per pod in CrashLoopBackOff.
+        """
+        if alert.per_crash_looping_pod:
+            return self._crash_looping(alert)
+        node_name = alert.awaits_node_not_ready
+        if node_name is None:
+            return [alert]
+        node = self.store.try_get("nodes", node_name)
+        if node is not None and kpods.node_ready(node):
+            return []
+        since = (kpods.condition(node, "Ready") or {}).get("lastTransitionTime") if node else None
+        starts_at = (
+            datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            if since
+            else self.store.now()
+        )
+        return [replace(alert, starts_at=starts_at, awaits_node_not_ready=None)]
+
+    def _crash_looping(self, alert: Alert) -> list[Alert]:
+        namespace, pool = alert.labels.get("namespace"), alert.labels.get("pool", "")
+        out = []
+        for pod in self.store.list(
+            "pods", namespace=namespace, label_selector=f"{c.LABEL_APP}={pool}"
+        ):
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            waiting = [(s.get("state") or {}).get("waiting") or {} for s in statuses]
+            if any(w.get("reason") == "CrashLoopBackOff" for w in waiting):
+                labels = {
+                    **alert.labels,
+                    "pod": pod["metadata"]["name"],
+                    "node": kpods.node_name(pod) or "",
+                }
+                out.append(replace(alert, labels=labels, per_crash_looping_pod=False))
+        return out
+
     def alerts(self) -> list[dict[str, Any]]:
         """Every alert the injected faults fired so far, in Alertmanager's POST shape."""
-        return [a.to_alertmanager() for f in self.injected for a in f.alerts]
+        return [
+            fired.to_alertmanager()
+            for f in self.injected
+            for a in f.alerts
+            for fired in self.firing(a)
+        ]
 
     # --- observation -------------------------------------------------------------------
 

@@ -313,6 +313,8 @@ class Kubelet:
         assert rt.pool is not None
         rates = self.scenario.pool_rates(rt.pool)
         cold_start = not self.booting
+        if not cold_start:
+            self._backdate(rt, rates.load_s)
         backoff = BACKOFF_START_S
         await self._pull_image(rt)
         while True:
@@ -542,6 +544,11 @@ class Kubelet:
         rt.reported_ready = ready
         with contextlib.suppress(ApiError):
             self.cluster.set_pod_ready(rt.namespace, rt.name, ready)
+
+    def _backdate(self, rt: PodRuntime, load_s: float) -> None:
+        """A pod of the fleet as it stood before t=0 was created `load_s` earlier, so its
+        creation-to-Ready time is a real startup (fleetmend's provisioning lead time)."""
+        self.store.backdate("pods", rt.name, load_s, namespace=rt.namespace)
 
     def _mark_running(self, rt: PodRuntime, *, phase: str) -> None:
         now = self.store.timestamp()

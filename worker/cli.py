@@ -132,6 +132,13 @@ def drill(
         bool,
         typer.Option("--free-ports", help="Pick free ports (beside a running `fleetmend up`)."),
     ] = False,
+    no_ramp: Annotated[
+        bool,
+        typer.Option(
+            "--no-ramp",
+            help="No gradual ramp: a replacement takes an equal share once ready (recorded).",
+        ),
+    ] = False,
 ) -> None:
     """Run a fleetsim scenario end to end on the real stack and report the outcome."""
     from pydantic import ValidationError
@@ -147,6 +154,7 @@ def drill(
             auto_approve=auto_approve,
             timeout_s=timeout,
             free_ports=free_ports,
+            ramp=not no_ramp,
         )
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")

@@ -32,9 +32,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from fleetsim.clock import ScaledClock
 from fleetsim.control import control_app
-from fleetsim.faults import InjectedFault
+from fleetsim.faults import Alert, InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
+from worker.drill_channel import PATH as CHANNEL_PATH, IncidentChannel, Notification
 from worker.drill_observe import Observer
 from worker.settings import ENV_PREFIX, Settings
 from worker.stack import Stack
@@ -59,6 +60,8 @@ class DrillOptions(BaseModel):
     timeout_s: float = Field(900.0, gt=0, description="wall-clock limit for the whole drill")
     # Fleet seconds to keep running after the last incident closed (traffic settles).
     settle_s: float = Field(5.0, ge=0)
+    # False: incidents skip the gradual ramp (FLEETMEND_RAMP), the runbook's baseline.
+    ramp: bool = True
 
 
 class StepOutcome(BaseModel):
@@ -106,6 +109,8 @@ class DrillResult(BaseModel):
     effects: EffectsSummary
     approvals: list[Approval]
     report_paths: list[str]
+    # What fleetmend posted to the incident channel (the drill's own webhook).
+    notifications: list[Notification] = Field(default_factory=list)
     temporal_ui: str | None = None
 
 
@@ -171,6 +176,8 @@ class Drill:
         self.clock = ScaledClock(options.speed)
         self.fleet = Fleet(self.scenario, clock=self.clock, kube_token=secrets.token_urlsafe(16))
         self.observer = Observer(self.fleet)
+        self.channel = IncidentChannel()
+        self.channel_url: str | None = None
         self.stack: Stack | None = None
         self.control_url: str | None = None
         self.client: Client | None = None
@@ -178,6 +185,10 @@ class Drill:
         self.incidents: dict[str, dict[str, Any]] = {}
         self.approvals: list[Approval] = []
         self.delivery_errors: list[str] = []
+        # The injected faults' alert rules (with the fault's time) not done firing: a node
+        # inside its grace, a rollout whose pods may still start crash-looping.
+        self._rules: list[tuple[float, Alert]] = []
+        self._sent: set[str] = set()
         self._posted = 0
         self._started_wall = time.monotonic()
 
@@ -192,7 +203,10 @@ class Drill:
             "intake_token": SecretStr(self.token),
             # The incident's own waits follow the fleet's clock.
             "time_scale": max(1.0, self.options.speed),
+            "ramp": self.options.ramp,
         }
+        if self.channel_url is not None:
+            update["notify_webhook_url"] = self.channel_url
         if self.options.free_ports:
             update |= {
                 "temporal_address": f"127.0.0.1:{_free_port()}",
@@ -204,6 +218,8 @@ class Drill:
     async def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self.fleet.start()
+        host, port = await self.fleet.host.serve("127.0.0.1", 0, self.channel.app())
+        self.channel_url = f"http://{host}:{port}{CHANNEL_PATH}"
         kubeconfig = self.fleet.write_kubeconfig(self.run_dir / "kubeconfig")
         # Closed with the fleet's other listeners in `Fleet.stop`.
         ip, port = await self.fleet.host.serve("127.0.0.1", 0, control_app(self.fleet))
@@ -261,8 +277,9 @@ class Drill:
         async with httpx.AsyncClient(timeout=10.0) as http:
             while time.monotonic() < deadline:
                 while delivered < len(self.fleet.injected):
-                    await self._deliver(http, self.fleet.injected[delivered])
+                    self._track(self.fleet.injected[delivered])
                     delivered += 1
+                await self._deliver_firing(http)
                 self.observer.tick()
                 await self._poll_incidents()
                 if self.on_progress is not None:
@@ -270,7 +287,7 @@ class Drill:
                 dead = self.stack.dead_children()
                 if dead:
                     raise DrillError(f"{dead[0].name} exited mid-drill; see {dead[0].log_path}")
-                if script.done() and self.incidents and self._all_closed():
+                if script.done() and not self._awaited() and self.incidents and self._all_closed():
                     settled_at = settled_at or self.fleet.now()
                     if self.fleet.now() - settled_at >= self.options.settle_s:
                         return
@@ -282,18 +299,50 @@ class Drill:
             f"open incidents: {', '.join(k for k, v in self.incidents.items() if not v.get('closed'))}"
         )
 
-    async def _deliver(self, http: httpx.AsyncClient, fault: InjectedFault) -> None:
-        """Post the fault's alerts as Alertmanager would: one notification per pool group."""
+    def _track(self, fault: InjectedFault) -> None:
+        """Its alerts go out once their rules fire; what they name is then followed.
+
+        The lost endpoints are the pods the alerts name: for a lost rank that is the
+        group's leader (a worker has no endpoint of its own; the group leaves with it).
+        """
+        self._rules += [(fault.at, alert) for alert in fault.alerts]
+        if not any(a.labels.get("pod") or a.per_crash_looping_pod for a in fault.alerts):
+            for pod_ref in fault.pods:
+                namespace, _, pod = pod_ref.partition("/")
+                self.observer.track(namespace, fault.fault.target.pool or "", pod, fault.at)
+
+    def _awaited(self) -> bool:
+        """An alert that will still fire once (a node inside its grace)."""
+        return any(not rule.per_crash_looping_pod for _, rule in self._rules)
+
+    async def _deliver_firing(self, http: httpx.AsyncClient) -> None:
+        """Post every alert whose rule fires by now and was not posted yet, as Alertmanager
+        would: one notification per pool group."""
+        firing: list[Alert] = []
+        pending: list[tuple[float, Alert]] = []
+        for fault_at, rule in self._rules:
+            fired = self.fleet.firing(rule)
+            if not fired or rule.per_crash_looping_pod:
+                pending.append((fault_at, rule))
+            for alert in fired:
+                key = _fingerprint(alert.labels)
+                if key in self._sent:
+                    continue
+                self._sent.add(key)
+                firing.append(alert)
+                labels = alert.labels
+                if labels.get("pod"):
+                    self.observer.track(
+                        labels.get("namespace", ""), labels.get("pool", ""), labels["pod"], fault_at
+                    )
+        self._rules = pending
+        if firing:
+            await self._deliver(http, firing)
+
+    async def _deliver(self, http: httpx.AsyncClient, firing: list[Alert]) -> None:
         assert self.stack is not None
-        for pod_ref in fault.pods:
-            namespace, _, pod = pod_ref.partition("/")
-            pool = next(
-                (a.labels.get("pool", "") for a in fault.alerts if a.labels.get("pod") == pod),
-                fault.fault.target.pool or "",
-            )
-            self.observer.track(namespace, pool, pod, fault.at)
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for alert in fault.alerts:
+        for alert in firing:
             key = (alert.labels.get("namespace", ""), alert.labels.get("pool", ""))
             groups.setdefault(key, []).append(alert.to_alertmanager())
         for (namespace, pool), alerts in groups.items():

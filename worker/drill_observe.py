@@ -107,6 +107,11 @@ class Observer:
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
+            if role == c.POOL_WARM and pod["metadata"]["labels"].get(c.LABEL_SERVING):
+                # A promoted spare serves: it no longer counts towards the warm floor.
+                continue
+            if pod["metadata"]["labels"].get(c.LABEL_LWS_WORKER_INDEX, "0") != "0":
+                continue  # a LeaderWorkerSet group counts once, by its leader
             for cond in (pod.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "Ready" and cond.get("status") == "True":
                     ready += 1
@@ -138,14 +143,18 @@ class Observer:
             elif lost.out_at is not None and lost.routed_at_out is not None:
                 lost.routed_after_out = self._routed(lost.pod) - lost.routed_at_out
         for (namespace, pool), floor in self.floors.items():
-            if floor.lost_at is None or floor.restored_at is not None:
+            if floor.lost_at is None:
                 continue
-            if all(
+            restored = all(
                 lost.out_at is not None
                 for lost in self.lost.values()
                 if (lost.namespace, lost.pool) == (namespace, pool)
-            ) and self.warm_floor_restored(namespace, pool):
+            ) and self.warm_floor_restored(namespace, pool)
+            if restored and floor.restored_at is None:
                 floor.restored_at = now
+            elif not restored:
+                # Back for good only: a spare promoted afterwards spends the floor again.
+                floor.restored_at = None
         if now - self._last_sample >= self._sample_every_s:
             self._last_sample = now
             self._sample(now)

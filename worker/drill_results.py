@@ -42,6 +42,13 @@ def _duration(entry: dict[str, Any]) -> float | None:
     )
 
 
+def assessment(status: dict[str, Any]) -> dict[str, Any]:
+    """What the incident's assessment found (lost replicas, pool size, common causes):
+    the evidence of its last `assess` entry, since the `status` query carries no facts."""
+    entries = [e for e in status.get("timeline") or [] if e.get("step") == "assess"]
+    return dict(entries[-1].get("evidence") or {}) if entries else {}
+
+
 async def _final_status(drill: Drill, workflow_id: str) -> dict[str, Any] | None:
     assert drill.client is not None
     handle = drill.client.get_workflow_handle(workflow_id)
@@ -76,14 +83,17 @@ async def collect_results(drill: Drill) -> DrillResult:
             if incident_id:
                 await _wait_for_reconcile(drill, incident_id)
             timeline = status.get("timeline") or []
-            facts = status.get("facts") or {}
+            facts = assessment(status)
             outcome = IncidentOutcome(
                 workflow_id=workflow_id,
                 incident_id=incident_id,
                 severity=str(status.get("severity") or facts.get("severity") or "unknown"),
                 status=str(drill.incidents[workflow_id].get("execution", "RUNNING")),
                 outcome=str(status.get("outcome", "")),
-                common_causes=list(facts.get("common_causes") or status.get("common_causes") or []),
+                common_causes=[
+                    str(c.get("cause") if isinstance(c, dict) else c)
+                    for c in facts.get("common_causes") or []
+                ],
                 steps=[
                     StepOutcome(
                         step=str(e.get("step")),
@@ -144,6 +154,7 @@ async def collect_results(drill: Drill) -> DrillResult:
         effects=effects,
         approvals=drill.approvals,
         report_paths=reports,
+        notifications=list(drill.channel.received),
         temporal_ui=drill.stack.ui_url if drill.options.keep_up else None,
     )
 
@@ -157,8 +168,8 @@ def _incident_report(
     found: list[Any],
 ) -> IncidentReport:
     namespace, _, pool = workflow_id.removeprefix("replica-loss/").partition("/")
-    facts = status.get("facts") or {}
-    lost = facts.get("lost_replicas") or []
+    facts = assessment(status)
+    lost = facts.get("lost") or []
     size = facts.get("pool_size") or 0
     observed = drill.observer.summary()
     switch = [

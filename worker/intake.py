@@ -113,6 +113,7 @@ def incident_input(settings: Settings, lost: LostReplica) -> IncidentInput:
         namespace=lost.namespace,
         pool=lost.pool,
         dry_run=lost.dry_run or settings.dry_run,
+        ramp=settings.ramp,
         blast_radius_fraction=settings.blast_radius_fraction,
         auto_shed_tier_limit=settings.auto_shed_tier_limit,
         gate_timeout_s=settings.gate_timeout_s / scale,

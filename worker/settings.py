@@ -90,6 +90,13 @@ class Settings(BaseSettings):
     dry_run: bool = Field(
         False, description="Record every mutating step's intent in the ledger and apply nothing."
     )
+    ramp: bool = Field(
+        True,
+        description=(
+            "Drills only: false skips the gradual ramp, so a replacement takes an equal "
+            "share the moment it is ready (the runbook's baseline); the timeline records it."
+        ),
+    )
     time_scale: float = Field(
         1.0,
         ge=1,

@@ -94,3 +94,18 @@ def probe_passed(
 def probe_weight(probe_share: float, total_weight: int = 1000) -> int:
     """Router weight of the half-open probe share (at least 1, so it does receive traffic)."""
     return max(1, round(probe_share * total_weight))
+
+
+def hold_weights(
+    warm: list[str], held: list[str], probe_share: float, total_weight: int = 1000
+) -> dict[str, int]:
+    """Router weights that give the `held` (cold) replicas the probe share between them and
+    the warm ones the rest, evenly: a cold replica never gets an equal share on ready."""
+    if not held:
+        return {}
+    if not warm:
+        return {pod: max(1, total_weight // len(held)) for pod in held}
+    weights = {pod: max(1, round(probe_share * total_weight / len(held))) for pod in held}
+    rest = total_weight - sum(weights.values())
+    weights.update({pod: max(1, rest // len(warm)) for pod in warm})
+    return weights

@@ -39,6 +39,7 @@ from workflows.approvals import (
 )
 from workflows.decisions import (
     check_blast_radius,
+    hold_weights,
     next_cooldown,
     probe_passed,
     probe_weight,
@@ -82,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         PROMOTE_WARM_OPTIONS,
         READ_ROUTING_OPTIONS,
         RELOCATE_OPTIONS,
+        REPLACEMENTS_OPTIONS,
         SCALE_OPTIONS,
         VERIFY_CAPACITY_OPTIONS,
         WARM_WORKLOAD_OPTIONS,
@@ -95,6 +97,8 @@ with workflow.unsafe.imports_passed_through():
         PendingInput,
         PromoteWarmInput,
         RelocateInput,
+        Replacement,
+        ReplacementsInput,
         RoutingStateInput,
         ScaleInput,
         ScaleResult,
@@ -132,6 +136,14 @@ with workflow.unsafe.imports_passed_through():
 R = TypeVar("R")
 
 ASSESS_RATE_WINDOW_S = 1.0
+ROLLOUT_NOT_CHURNED = (
+    "not scaled: the losses share a rollout, and new replicas of its revision would fail "
+    "the same way; revert the revision"
+)
+RAMP_DISABLED = (
+    "disabled by the incident's options: a replacement takes an equal share the moment "
+    "it is ready (the runbook's baseline)"
+)
 
 SA_ID = SearchAttributeKey.for_keyword("IncidentId")
 SA_NAMESPACE = SearchAttributeKey.for_keyword("IncidentNamespace")
@@ -310,6 +322,8 @@ class ReplicaLossWorkflow:
         await self._step("deroute", self.deroute)
         await self._step("protect", self.protect_survivors)
         await self._step("inflight", self.decide_inflight_requests)
+        if workflow.patched("hold-cold-replacements"):
+            await self._step("hold-replacements", self.hold_replacements)
         if self._warm_capacity_available():
             await self._step("promote-warm", self.promote_warm_capacity)
             # Incidents recorded before this step existed replay without it.
@@ -673,6 +687,73 @@ class ReplicaLossWorkflow:
             workload=f"{kind}/{name}", replicas_from=result.previous_replicas, replicas_to=target
         )
 
+    async def hold_replacements(self) -> None:
+        """A controller's replacement is ready before it is fast: hold it at the probe share
+        from the start, so the router never gives it an equal share cold (ramp_back.py)."""
+        s = self.state
+        if not self.input.ramp:
+            self._evidence(ramp=RAMP_DISABLED)
+            return
+        found = await self._find_replacements()
+        if not found:
+            self._evidence(note="no replacement started yet")
+            return
+        weights = hold_weights(
+            [p["name"] for p in s.facts.survivors],
+            [r.pod.name for r in found],
+            self.input.probe_share,
+        )
+        await self._set_weights("hold-replacements", s.pool, weights)
+        s.replacements = [r.pod.model_dump(mode="json") for r in found]
+        for r in found:
+            s.shares[r.pod.name] = ReplicaShare(
+                pod=r.pod.name, cooldown_s=self.input.cooldown_s, state="half-open"
+            )
+        self._evidence(held=[r.pod.name for r in found], weights=weights)
+
+    async def _find_replacements(self) -> list[Replacement]:
+        s = self.state
+        known = [
+            *(p["name"] for p in s.facts.survivors),
+            *s.facts.lost_replicas,
+            *(p["name"] for p in s.new_replicas),
+        ]
+        result = await workflow.execute_activity_method(
+            ClusterActivities.find_replacements,
+            ReplacementsInput(namespace=s.namespace, pool=s.pool, known=known),
+            **REPLACEMENTS_OPTIONS,
+        )
+        return result.replacements
+
+    async def _await_replacements(self) -> list[PodRef]:
+        """The held replacements once Ready (they load weights first), bounded by the gate
+        timeout; whichever are Ready then are ramped, the rest stay at the probe share."""
+        s = self.state
+        held = {p["name"] for p in s.replacements}
+        poll = timedelta(seconds=max(0.5, self.input.ramp_step_interval_s / 4))
+        deadline = workflow.now() + timedelta(seconds=self.input.gate_timeout_s)
+        while True:
+            found = await self._find_replacements()
+            ready = [r.pod for r in found if r.ready]
+            stuck = {r.pod.name: r.stuck for r in found if r.stuck and not r.ready}
+            waiting = [
+                r.pod.name
+                for r in found
+                if r.pod.name in held and not r.ready and r.pod.name not in stuck
+            ]
+            if not waiting or workflow.now() >= deadline:
+                break
+            await workflow.sleep(poll)
+        for pod in ready:
+            s.shares.setdefault(
+                pod.name,
+                ReplicaShare(pod=pod.name, cooldown_s=self.input.cooldown_s, state="half-open"),
+            )
+        self._evidence(
+            replacements_ready=[p.name for p in ready], still_loading=waiting, stuck=stuck
+        )
+        return ready
+
     async def provision_capacity(self) -> None:
         """No warm capacity: announce the lead time as a number, then scale only if approved."""
         s = self.state
@@ -690,6 +771,17 @@ class ReplicaLossWorkflow:
         kind, name = s.facts.workload_kind, s.facts.workload_name
         if kind not in ("Deployment", "LeaderWorkerSet") or not name:
             self._evidence(scale="no scalable workload found for the pool")
+            return
+        if "rollout" in s.facts.common_causes and workflow.patched("rollout-not-churned"):
+            # Replicas of a bad revision fail the same way: scaling only churns them. The fix
+            # is reverting the revision the way it shipped (an operator's call).
+            self._evidence(scale=ROLLOUT_NOT_CHURNED)
+            await self._notify(
+                "bad-rollout",
+                f"{s.namespace}/{s.pool}: the losses share a rollout; nothing scaled: "
+                f"revert {kind}/{name} to its previous revision",
+                [Fact(name="replicas lost", value=len(s.facts.lost_replicas))],
+            )
             return
         target = s.facts.pool_size + len(s.facts.lost_replicas)
         if not await self._gate(
@@ -774,6 +866,11 @@ class ReplicaLossWorkflow:
     async def triage_hardware(self) -> None:
         """Only now, with the node out of the serving path, classify its fault and quarantine it."""
         s = self.state
+        if "rollout" in s.facts.common_causes and workflow.patched("rollout-not-triaged"):
+            # Pods of a bad revision crash on healthy nodes: cordoning them would take good
+            # capacity away for a fault that is in the software.
+            self._evidence(skipped="the losses share a rollout: no hardware to triage")
+            return
         still_serving = {loss.node for loss in s.losses if loss.pod in s.held_routed and loss.node}
         for node in s.facts.lost_nodes:
             if node in s.triaged_nodes:
@@ -813,6 +910,11 @@ class ReplicaLossWorkflow:
         """A replacement is ready before it is fast: probe share first, then ramp by measured rate."""
         s = self.state
         new = [PodRef.model_validate(p) for p in s.new_replicas]
+        if not self.input.ramp:
+            self._evidence(ramp=RAMP_DISABLED)
+            return
+        if s.replacements:
+            new += await self._await_replacements()
         if not new:
             self._evidence(note="no new replica to ramp")
             return
@@ -935,21 +1037,24 @@ class ReplicaLossWorkflow:
         return False
 
     async def _set_weight(self, pod: str, weight: int, round_name: str) -> None:
+        await self._set_weights("ramp", f"{pod}/{round_name}", {pod: weight})
+
+    async def _set_weights(self, step: str, target: str, weights: dict[str, int]) -> None:
+        """Router weights through the ledger, the previous weights registered as the undo."""
         s = self.state
-        target = f"{pod}/{round_name}"
-        forward = self._op("ramp", target)
+        forward = self._op(step, target)
         entry = saga.register(
             s,
             forward_op_id=forward,
-            step="ramp",
+            step=step,
             target=target,
             undo=RouterWeightsInput(**self._mutating(forward), namespace=s.namespace, weights={}),
         )
         result = await self._act(
-            "ramp",
+            step,
             target,
             GatewayActivities.set_router_weights,
-            lambda **op: RouterWeightsInput(**op, namespace=s.namespace, weights={pod: weight}),
+            lambda **op: RouterWeightsInput(**op, namespace=s.namespace, weights=weights),
             ROUTER_WEIGHTS_OPTIONS,
         )
         saga.refine(
@@ -966,6 +1071,12 @@ class ReplicaLossWorkflow:
         s = self.state
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
         new = [PodRef.model_validate(p) for p in s.new_replicas]
+        target_replicas = target_endpoints = s.facts.pool_size
+        if workflow.patched("verify-counts-promoted-spares"):
+            # A promoted spare serves in place of a lost replica but belongs to the warm
+            # workload: the pool's own workload owes only the rest. Its stand-in for a pod
+            # stranded on a dead node may never fit, and need not while the spare serves.
+            target_replicas = max(0, s.facts.pool_size - len(s.new_replicas))
         for attempt in range(1, self.input.verify_attempts + 1):
             capacity = await workflow.execute_activity_method(
                 ClusterActivities.verify_capacity,
@@ -973,7 +1084,8 @@ class ReplicaLossWorkflow:
                     namespace=s.namespace,
                     pool=s.pool,
                     service=s.pool,
-                    target_replicas=s.facts.pool_size,
+                    target_replicas=target_replicas,
+                    target_endpoints=target_endpoints,
                     warm_floor_target=len(s.facts.warm_ready),
                     model=s.facts.model,
                     revision=s.facts.revision,

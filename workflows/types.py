@@ -115,6 +115,9 @@ class IncidentInput(BaseModel):
     # The ramp restores traffic over minutes (runbook, ramp_back.py): steps x interval.
     ramp_steps: int = 5
     ramp_step_interval_s: float = 60.0
+    # False: no hold, no ramp: a replacement gets an equal share the moment it is ready
+    # (the runbook's baseline, for drills that measure what the ramp saves).
+    ramp: bool = True
     # Verification retries while a replacement may still be loading weights.
     verify_attempts: int = 3
     verify_interval_s: float = 120.0
@@ -278,6 +281,8 @@ class IncidentState(BaseModel):
     shed_level: int = 0
     shed_previous: dict[str, Any] | None = None
     new_replicas: list[dict[str, Any]] = Field(default_factory=list)
+    # The workload controller's own replacements, held at the probe share until ramped.
+    replacements: list[dict[str, Any]] = Field(default_factory=list)
     shares: dict[str, ReplicaShare] = Field(default_factory=dict)
     triaged_nodes: list[str] = Field(default_factory=list)
     verified: bool = False

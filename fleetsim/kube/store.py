@@ -172,6 +172,18 @@ class Store:
                 raise not_found(res.plural, name, res.group)
             return clone(obj) if copy else obj
 
+    def backdate(
+        self, resource: str | Resource, name: str, seconds: float, *, namespace: str | None = None
+    ) -> None:
+        """The simulator's own: make an object `seconds` older than now, as if it had been
+        created before the fleet started (no client can; creationTimestamp is the server's)."""
+        res = _resource(resource)
+        created = (self.now() - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self._lock:
+            obj = self._objects[res.key].get(_key(_ns(res, namespace), name))
+            if obj is not None:
+                obj["metadata"]["creationTimestamp"] = created
+
     def try_get(
         self,
         resource: str | Resource,

@@ -58,6 +58,9 @@ def test_severity_grows_with_the_share_lost_and_its_concentration(
     assert f"{lost} of {pool_size}" in reason
 
 
+CRASH = "CrashLoopBackOff"
+
+
 def _losses(n: int, spacing_s: float) -> list[LossReport]:
     return [
         LossReport(pod=f"p{i}", starts_at=T0 + timedelta(seconds=i * spacing_s)) for i in range(n)
@@ -88,6 +91,36 @@ def _node(name: str, **kw: object) -> NodeFacts:
             [_node("a"), _node("b")],
             RolloutFacts(workload="Deployment/llm", in_progress=False),
             {"rollout"},
+        ),
+        (
+            "pods of one template crash-looping after a finished rollout",
+            [
+                PodFacts(name=f"p{i}", lost=True, template_hash="new", waiting_reasons=[CRASH])
+                for i in range(2)
+            ],
+            [],
+            RolloutFacts(workload="Deployment/llm", in_progress=False),
+            {"rollout"},
+        ),
+        (
+            "pods of one template restarted after errors, between two crashes",
+            [
+                PodFacts(name=f"p{i}", lost=True, template_hash="new", crashed=True)
+                for i in range(2)
+            ],
+            [],
+            RolloutFacts(workload="Deployment/llm", in_progress=False),
+            {"rollout"},
+        ),
+        (
+            "one crash-looping pod is not a revision's fault",
+            [
+                PodFacts(name="p0", lost=True, template_hash="new", waiting_reasons=[CRASH]),
+                PodFacts(name="p1", lost=True, template_hash="new"),
+            ],
+            [],
+            RolloutFacts(workload="Deployment/llm", in_progress=False),
+            set(),
         ),
         (
             "image pull failures",

@@ -248,3 +248,19 @@ def test_a_retried_ramp_resumes_from_its_heartbeat_instead_of_starting_over(
     # Every step applied once, across both attempts.
     assert len({r.op_id for r in step_ops}) == len(step_ops)
     assert all(r.state in ("applied", "confirmed") for r in step_ops)
+
+
+def test_warm_replicas_measured_unevenly_keep_even_shares() -> None:
+    # Each warm replica served what it was sent: 3, 3.6 and 1.5 req/s are the shares of the
+    # last step plus noise, not three capacities. Credited as such, the noise would compound.
+    plan = plan_ramp_step(
+        warm_rates={"a": 3.0, "b": 3.6, "c": 1.5},
+        new_ttft_p99_s={"new": 0.3},
+        previous_credit={"new": 1.0},
+        step=5,
+        steps=5,
+        ttft_slo_s=2.0,
+        warmed={"new"},
+    )
+    assert plan.credited_rates == pytest.approx({"a": 2.7, "b": 2.7, "c": 2.7, "new": 2.7})
+    assert max(plan.weights.values()) - min(plan.weights.values()) <= 1

@@ -3,48 +3,29 @@
 Each test runs `fleetmend drill` in-process: fleetsim here, and the embedded PostgreSQL,
 the Temporal dev server, the worker and the intake as child processes. The fleet runs 20x
 faster than the wall clock and the incident's own waits are scaled to match; fleetmend's
-reactions run at real speed. Every other shipped scenario runs with `make drills`.
+reactions run at real speed. The other shipped scenarios are in `test_scenarios.py`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from worker.drill import Drill, DrillOptions, DrillResult
-from worker.settings import load_settings
+from tests.drills.checks import (
+    assert_dead_endpoints_out_and_never_routed_again,
+    assert_report_matches_result,
+    reports_of,
+    run_drill,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-SPEED = 20.0
-
-
-async def drill(scenario: str, state_dir: Path) -> DrillResult:
-    settings = load_settings(state_dir=state_dir)
-    options = DrillOptions(
-        scenario=scenario, speed=SPEED, free_ports=True, auto_approve=True, timeout_s=420
-    )
-    return await Drill(settings, options).run()
-
-
-def report_of(result: DrillResult) -> dict[str, Any]:
-    assert len(result.report_paths) == 1
-    return json.loads(Path(result.report_paths[0]).with_suffix(".json").read_text())
-
-
-def assert_dead_endpoints_out_and_never_routed_again(result: DrillResult) -> None:
-    assert result.time_to_deroute_s, "the drill lost no replica"
-    assert all(seconds is not None for seconds in result.time_to_deroute_s.values())
-    assert set(result.routed_after_deroute.values()) == {0}
 
 
 async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     tmp_path: Path,
 ) -> None:
-    result = await drill("replica-lost", tmp_path)
+    result = await run_drill("replica-lost", tmp_path)
 
     (incident,) = result.incidents
     assert incident.status == "COMPLETED"
@@ -57,24 +38,24 @@ async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     steps = [s.step for s in incident.steps]
     # The emergency shedding comes off only after verification found the warm floor back.
     assert steps.index("rebuild-warm-floor") < steps.index("verify") < steps.index("roll-back")
-    report = report_of(result)
+    (report,) = reports_of(result)
     verify = [e for e in report["timeline"] if e["step"] == "verify"][-1]
     assert verify["evidence"]["checks"]["warm-floor-restored"]["passed"] is True
     # The report carries the drill's own numbers.
     assert report["summary"]["switch_s"] == max(result.time_to_deroute_s.values())
     assert report["summary_table"]["Duplicates"] == "0"
-    assert Path(result.report_paths[0]).read_text().count("data:image/png;base64,") == 1
     # The worker read the router's per-replica counts from fleetsim's /metrics.
     inflight = [e for e in report["timeline"] if e["step"] == "inflight"][-1]["evidence"]
     assert inflight["counts_available"] is True
     lost = {ref.partition("/")[2] for ref in result.time_to_deroute_s}
     assert set(inflight["per_replica"]) == lost
+    assert_report_matches_result(result)
 
 
 async def test_rack_outage_is_an_outage_and_stops_at_the_blast_radius_until_approved(
     tmp_path: Path,
 ) -> None:
-    result = await drill("rack-outage", tmp_path)
+    result = await run_drill("rack-outage", tmp_path)
 
     (incident,) = result.incidents
     assert incident.severity == "outage"
@@ -82,10 +63,11 @@ async def test_rack_outage_is_an_outage_and_stops_at_the_blast_radius_until_appr
     assert len(result.time_to_deroute_s) == 3
     gates = {a.kind for a in result.approvals}
     assert "blast-radius" in gates
-    report = report_of(result)
+    (report,) = reports_of(result)
     beyond = [
         e for e in report["timeline"] if e["step"] == "blast-radius" and e["outcome"] == "beyond"
     ]
     assert beyond, "automatic derouting did not stop at the blast-radius limit"
     assert beyond[0]["evidence"]["limit"] == 0.25
     assert (result.effects.duplicates, result.effects.orphans) == (0, 0)
+    assert_report_matches_result(result)

@@ -21,6 +21,8 @@ from temporalio.exceptions import ApplicationError
 from activities.cluster import (
     AssessInput,
     AssessResult,
+    CommonCause,
+    CommonCauseFinding,
     CordonResult,
     DemoteWarmInput,
     DemoteWarmResult,
@@ -38,6 +40,9 @@ from activities.cluster import (
     PromoteWarmResult,
     RelocateInput,
     RelocateResult,
+    Replacement,
+    ReplacementsInput,
+    ReplacementsResult,
     RoutingStateInput,
     RoutingStateResult,
     ScaleInput,
@@ -123,6 +128,12 @@ class Fleet:
     wanted_tier: int = 2
     deroute_confirms: bool = True
     verify_passes: bool = True
+    # Pods the pool's controller started in place of lost ones: name -> Ready.
+    replacements: dict[str, bool] = field(default_factory=dict)
+    # Replacements that cannot start by waiting: name -> waiting reason.
+    stuck: dict[str, str] = field(default_factory=dict)
+    # What the assessment finds behind the losses (`rollout`, `image-pull`, ...).
+    common_causes: list[CommonCause] = field(default_factory=list)
     # Per pod, TTFT p99 of successive probes; a pod absent answers 0.4 s.
     probe_ttft: dict[str, list[float]] = field(default_factory=dict)
     fail: Callable[[str, BaseModel], bool] = lambda name, request: False
@@ -195,7 +206,12 @@ class Fleet:
         return PodRef(namespace=self.namespace, name=name, node=self.pods[name].node, labels={})
 
     def survivors(self) -> list[str]:
-        return [n for n, p in self.pods.items() if not p.warm and n not in self.dead]
+        # A replacement still loading is not serving yet: the assessment does not see it.
+        return [
+            n
+            for n, p in self.pods.items()
+            if not p.warm and n not in self.dead and n not in self.replacements
+        ]
 
 
 class FakeActivities:
@@ -243,6 +259,7 @@ class FakeActivities:
             workload_name=f.pool,
             model=MODEL,
             revision=REVISION,
+            common_causes=[CommonCauseFinding(cause=c) for c in f.common_causes],
         )
 
     @activity.defn(name="read_routing_state")
@@ -376,6 +393,21 @@ class FakeActivities:
             explanation="nothing pending",
             free_gpus_total=0,
             largest_free_block=0,
+        )
+
+    @activity.defn(name="find_replacements")
+    async def find_replacements(self, input: ReplacementsInput) -> ReplacementsResult:
+        self.fleet._enter("find_replacements", input)
+        return ReplacementsResult(
+            replacements=[
+                Replacement(
+                    pod=PodRef(namespace=input.namespace, name=name),
+                    ready=ready,
+                    stuck=self.fleet.stuck.get(name),
+                )
+                for name, ready in sorted(self.fleet.replacements.items())
+                if name not in input.known
+            ]
         )
 
     @activity.defn(name="cordon_node")

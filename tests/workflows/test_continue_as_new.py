@@ -14,6 +14,7 @@ RUNBOOK = [
     "deroute",
     "protect",
     "inflight",
+    "hold-replacements",
     "promote-warm",
     "rebuild-warm-floor",
     "reschedule",

@@ -18,6 +18,7 @@ from workflows.approvals import (
 )
 from workflows.decisions import (
     check_blast_radius,
+    hold_weights,
     next_cooldown,
     probe_passed,
     probe_weight,
@@ -202,3 +203,11 @@ def test_reconciliation_finds_duplicates_orphans_and_drift_and_ignores_dry_runs(
     ]
     findings = {(f.kind, f.op_id) for f in find_discrepancies(operations, observed)}
     assert findings == {("duplicate", "dup"), ("orphan", "orphan"), ("drift", "shed")}
+
+
+def test_held_replicas_share_the_probe_share_and_the_warm_ones_the_rest() -> None:
+    weights = hold_weights(["a", "b", "c"], ["new"], 0.1)
+    assert weights == {"new": 100, "a": 300, "b": 300, "c": 300}
+    assert hold_weights(["a"], [], 0.1) == {}
+    # Nothing warm left: the held replicas are all there is.
+    assert hold_weights([], ["x", "y"], 0.1) == {"x": 500, "y": 500}

@@ -31,6 +31,7 @@ async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_
         "deroute",
         "protect",
         "inflight",
+        "hold-replacements",
         "promote-warm",
         "rebuild-warm-floor",
         "reschedule",

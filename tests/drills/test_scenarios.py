@@ -1,0 +1,176 @@
+"""Every other shipped scenario as a drill on the real stack, asserted on its outcome.
+
+Each test runs `fleetmend drill SCENARIO` in-process (fleetsim here; the embedded
+PostgreSQL, the Temporal dev server, the worker and the intake as child processes), at
+20x with every gate approved. Shared for every scenario: the dead endpoint leaves the
+ready set and gets nothing after; 0 duplicates and 0 orphans after reconciliation; the
+emergency shedding comes off only with the warm floor back (and the warm floor is back
+where the scenario has room for it); a report per incident in three formats, carrying
+the drill's own numbers. Then what is particular to each scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetsim.scenario import bundled_scenarios, load_scenario
+from tests.drills.checks import (
+    assert_dead_endpoints_out_and_never_routed_again,
+    assert_exactly_once,
+    assert_report_matches_result,
+    assert_shedding_removed_only_with_the_warm_floor_back,
+    reports_of,
+    run_drill,
+    timeline,
+)
+from worker.drill import DrillResult
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+Check = Callable[[DrillResult, list[dict[str, Any]]], None]
+
+
+@dataclass(frozen=True)
+class Expected:
+    outcome: str = "recovered"
+    # The scenario keeps warm spares and has the GPUs to rebuild them after the loss.
+    warm_floor_restored: bool = True
+    specific: list[Check] = field(default_factory=list)
+
+
+def node_alert_fires_after_not_ready(result: DrillResult, reports: list[dict[str, Any]]) -> None:
+    # The rule reads the node's Ready condition: the alert comes after the 40 s grace,
+    # when the node controller has already taken the pod's endpoint out.
+    (report,) = reports
+    assert report["summary"]["detection_s"] >= 40.0
+    assert all(s is not None and s < 1.0 for s in result.time_to_deroute_s.values())
+
+
+def the_group_leaves_by_its_leader(result: DrillResult, reports: list[dict[str, Any]]) -> None:
+    # A worker rank has no endpoint: the group's leader is what leaves the ready set.
+    (pod,) = result.time_to_deroute_s
+    assert pod == "serving/inference-405b-0"
+    (report,) = reports
+    (deroute,) = [e for e in timeline(report, "deroute") if e["outcome"] == "done"]
+    assert deroute["evidence"]["inference-405b-0"]["group"] == "inference-405b-0"
+    (assess,) = timeline(report, "assess")
+    assert assess["evidence"]["warm_floor"] == 1  # one spare group, not its two pods
+
+
+def xid_is_triaged_as_a_gpu_fault(result: DrillResult, reports: list[dict[str, Any]]) -> None:
+    (report,) = reports
+    (triage,) = timeline(report, "triage")
+    (node,) = triage["evidence"].values()
+    assert node["runbook"] == "gpu-fault" and "Xid 79" in node["reason"]
+
+
+def lead_time_announced_as_a_number(result: DrillResult, reports: list[dict[str, Any]]) -> None:
+    scenario = load_scenario("no-warm-capacity")
+    load_s = scenario.pool_rates(scenario.pool("serving", "inference-llm")).load_s
+    announced = [n for n in result.notifications if n.milestone == "lead-time"]
+    assert announced, [n.milestone for n in result.notifications]
+    seconds = announced[0].fact("provisioning lead time")
+    assert isinstance(seconds, int | float)
+    # Observed from the pool's own past startups: the scenario's weight load.
+    assert load_s * 0.9 <= seconds <= load_s * 1.1
+    assert f"{seconds / 60:.0f} minutes" in announced[0].title
+
+
+def report_says_fragmentation(result: DrillResult, reports: list[dict[str, Any]]) -> None:
+    (report,) = reports
+    (reschedule,) = timeline(report, "reschedule")
+    assert reschedule["evidence"]["diagnosis"] == "fragmentation"
+    assert any("fragmentation" in note for note in report["summary"]["notes"])
+    markdown = Path(result.report_paths[0]).with_suffix(".md").read_text()
+    assert "fragmentation" in markdown.lower()
+    assert any(n.milestone == "fragmentation" for n in result.notifications)
+
+
+def rollout_is_a_common_cause_and_nothing_churns(
+    result: DrillResult, reports: list[dict[str, Any]]
+) -> None:
+    (incident,) = result.incidents
+    assert "rollout" in incident.common_causes
+    (report,) = reports
+    assert not [e for e in report["effects"] if e["kind"] in ("scale", "cordon-node")]
+    (provision,) = timeline(report, "provision")
+    assert "rollout" in provision["evidence"]["scale"]
+    assert "provision" not in {a.kind for a in result.approvals}
+    assert any(n.milestone == "bad-rollout" for n in result.notifications)
+
+
+def the_replacement_is_seen_stuck_on_its_image(
+    result: DrillResult, reports: list[dict[str, Any]]
+) -> None:
+    (report,) = reports
+    (ramp,) = timeline(report, "ramp")
+    assert set(ramp["evidence"]["stuck"].values()) <= {"ErrImagePull", "ImagePullBackOff"}
+    assert ramp["evidence"]["stuck"]
+
+
+SCENARIOS: dict[str, Expected] = {
+    "node-lost": Expected(specific=[node_alert_fires_after_not_ready]),
+    "rank-lost": Expected(specific=[the_group_leaves_by_its_leader]),
+    "xid-under-healthy-pod": Expected(specific=[xid_is_triaged_as_a_gpu_fault]),
+    "fake-alive": Expected(),
+    "no-warm-capacity": Expected(specific=[lead_time_announced_as_a_number]),
+    # 4 GPUs free as 2+2 and no node with 4: capacity cannot come back, so shedding stays.
+    "fragmentation": Expected(
+        outcome="recovered-measures-kept",
+        warm_floor_restored=False,
+        specific=[report_says_fragmentation],
+    ),
+    # Every replica of the new revision crash-loops (fleetsim replaces the old ones at once):
+    # nothing comes back until the revision is reverted, which is an operator's call.
+    "bad-rollout": Expected(
+        outcome="recovered-measures-kept",
+        warm_floor_restored=False,
+        specific=[rollout_is_a_common_cause_and_nothing_churns],
+    ),
+    # The registry is down for the pool: the replacement and a new spare cannot start.
+    "image-pull-failure": Expected(
+        outcome="recovered-measures-kept",
+        warm_floor_restored=False,
+        specific=[the_replacement_is_seen_stuck_on_its_image],
+    ),
+    "disk-full": Expected(),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+async def test_a_shipped_scenario_recovers_as_its_runbook_says(
+    scenario: str, tmp_path: Path
+) -> None:
+    expected = SCENARIOS[scenario]
+    result = await run_drill(scenario, tmp_path)
+
+    assert result.incidents
+    for incident in result.incidents:
+        assert incident.status == "COMPLETED"
+        assert incident.outcome == expected.outcome, incident.notes
+    assert_dead_endpoints_out_and_never_routed_again(result)
+    assert_exactly_once(result)
+    reports = reports_of(result)
+    removed = [
+        assert_shedding_removed_only_with_the_warm_floor_back(incident, report)
+        for incident, report in zip(result.incidents, reports, strict=True)
+    ]
+    floors = list(result.time_to_warm_floor_s.values())
+    if expected.warm_floor_restored:
+        assert all(removed)
+        assert floors and None not in floors
+    else:
+        assert not any(removed)
+    assert_report_matches_result(result)
+    for check in expected.specific:
+        check(result, reports)
+
+
+def test_every_shipped_scenario_is_drilled_in_ci() -> None:
+    in_ci = set(SCENARIOS) | {"replica-lost", "rack-outage"}  # tests/drills/test_drills.py
+    assert set(bundled_scenarios()) - in_ci <= {"ramp-experiment"}

@@ -1,0 +1,99 @@
+"""A replacement the pool's own controller started: held at the probe share while it loads,
+ramped by measured rate once Ready; with ramping disabled, neither, and the timeline says so."""
+
+from __future__ import annotations
+
+from temporalio.testing import WorkflowEnvironment
+
+from tests.workflows.fakes import Pod
+from tests.workflows.harness import loss_of, new_fleet, report_loss, running_worker, status_of
+
+
+async def test_a_controller_replacement_is_held_at_the_probe_share_then_ramped(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
+    fleet.replacements[replacement] = True
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
+        result = await handle.result()
+        status = await status_of(handle)
+    hold = next(e for e in status.timeline if e.step == "hold-replacements")
+    assert hold.evidence["held"] == [replacement]
+    weights = hold.evidence["weights"]
+    # The cold replica gets the probe share (10% of 1000); the three survivors the rest.
+    assert weights[replacement] == 100
+    assert sorted(w for p, w in weights.items() if p != replacement) == [300, 300, 300]
+    assert any(f"/hold-replacements/{fleet.pool}" in op for op in fleet.applied)
+    ramp = next(e for e in status.timeline if e.step == "ramp")
+    assert ramp.evidence["final_weights"][replacement] == 250
+    assert fleet.pods[replacement].weight == 250
+    assert result.outcome in ("recovered", "recovered-measures-kept")
+
+
+async def test_with_ramping_disabled_a_replacement_is_neither_held_nor_ramped_and_it_is_recorded(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
+    fleet.replacements[replacement] = True
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(
+            ts_env.client, task_queue, fleet, loss_of(fleet, dead), ramp=False
+        )
+        await handle.result()
+        status = await status_of(handle)
+    for step in ("hold-replacements", "ramp"):
+        entry = next(e for e in status.timeline if e.step == step)
+        assert "disabled" in entry.evidence["ramp"]
+    assert not any("/hold-replacements/" in op or "/ramp/" in op for op in fleet.applied)
+    assert "ramp_traffic" not in [name for name, _ in fleet.calls]
+    assert fleet.pods[replacement].weight is None
+
+
+async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    fleet.common_causes = ["rollout"]
+    for pod in (f"{fleet.pool}-2", f"{fleet.pool}-3"):
+        fleet.kill(pod)
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(
+            ts_env.client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3")
+        )
+        await handle.result()
+        status = await status_of(handle)
+    (provision,) = [e for e in status.timeline if e.step == "provision"]
+    assert "rollout" in provision.evidence["scale"]
+    # No gate asked to scale, and nothing scaled: replicas of the bad revision would crash too.
+    assert not any(e.step == "gate-opened" and "provision" in e.outcome for e in status.timeline)
+    assert "scale_pool" not in [name for name, _ in fleet.calls]
+    # Nor are healthy nodes cordoned for a fault that is in the software.
+    assert "triage_node" not in [name for name, _ in fleet.calls]
+    assert any(op.endswith("/notify/bad-rollout") for op in fleet.applied)
+
+
+async def test_a_replacement_that_cannot_pull_its_image_is_not_waited_for(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
+    fleet.replacements[replacement] = False
+    fleet.stuck[replacement] = "ImagePullBackOff"
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
+        await handle.result()
+        status = await status_of(handle)
+    ramp = next(e for e in status.timeline if e.step == "ramp")
+    assert ramp.evidence["stuck"] == {replacement: "ImagePullBackOff"}
+    assert ramp.evidence["still_loading"] == []
+    # Asked once: a pull that fails does not succeed by polling until the gate timeout.
+    assert [name for name, _ in fleet.calls].count("find_replacements") == 2
