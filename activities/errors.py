@@ -5,7 +5,8 @@
     │   │                   a missing approval. Retrying cannot change the answer.
     │   └── RefusedError    the activity declined on purpose (e.g. would remove a label
     │                       the workload controller selects on); the message says why.
-    └── TemporaryError      retryable: 409 / 429 / 5xx, timeouts, connection errors.
+    └── TemporaryError      retryable: 409 / 429 / 5xx, timeouts, connection errors;
+                            a 429's or 503's Retry-After sets the next attempt's delay.
 
 Called from every activity module through `k8s_call` (Kubernetes) and `http_errors`
 (httpx), so the retry decision is made once, here, from the status code.
@@ -13,8 +14,9 @@ Called from every activity module through `k8s_call` (Kubernetes) and `http_erro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import TypeVar
 
 import httpx
@@ -33,6 +35,7 @@ NON_RETRYABLE_TYPES: tuple[str, ...] = (PERMANENT, REFUSED)
 # and the server's own failures. Everything else in 4xx describes the request itself.
 RETRYABLE_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 422})
+MAX_RETRY_AFTER_S = 60.0
 
 
 class PermanentError(ApplicationError):
@@ -46,8 +49,14 @@ class RefusedError(ApplicationError):
 
 
 class TemporaryError(ApplicationError):
-    def __init__(self, message: str, *details: object) -> None:
-        super().__init__(message, *details, type=TEMPORARY, non_retryable=False)
+    """Retryable; `retry_after` (a server's Retry-After) replaces the policy's next back-off."""
+
+    def __init__(
+        self, message: str, *details: object, retry_after: timedelta | None = None
+    ) -> None:
+        super().__init__(
+            message, *details, type=TEMPORARY, non_retryable=False, next_retry_delay=retry_after
+        )
 
 
 def classify_status(status: int) -> str:
@@ -59,6 +68,24 @@ def classify_status(status: int) -> str:
     return TEMPORARY
 
 
+def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
+    """A Retry-After header in seconds (the form the Kubernetes API server sends), capped.
+
+    The cap keeps a confused server from parking an incident; an HTTP date or garbage is
+    ignored and the retry policy's own back-off applies.
+    """
+    value = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not seconds >= 0:  # also NaN
+        return None
+    return timedelta(seconds=min(seconds, MAX_RETRY_AFTER_S))
+
+
 def k8s_error(exc: BaseException, *, verb: str, obj: str) -> ApplicationError:
     """The activity error for a failed Kubernetes call on `obj` (e.g. "pod serving/llm-0")."""
     if isinstance(exc, ApiException):
@@ -67,7 +94,12 @@ def k8s_error(exc: BaseException, *, verb: str, obj: str) -> ApplicationError:
         message = f"kubernetes {verb} {obj}: {status} {reason}".strip()
         if status and classify_status(status) == PERMANENT:
             return PermanentError(message)
-        return TemporaryError(message)
+        delay = retry_after(exc.headers)
+        if delay is not None:
+            message += f" (retry after {delay.total_seconds():g}s)"
+        return TemporaryError(message, retry_after=delay)
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason  # the timeout or refusal itself, not urllib3's wrapper around it
     return TemporaryError(f"kubernetes {verb} {obj}: {type(exc).__name__}: {exc}")
 
 

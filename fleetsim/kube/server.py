@@ -11,7 +11,8 @@ Routes: discovery (`/api`, `/apis`, `/api/v1`, `/apis/G/V`, `/version`), then
 `/api/v1/...` and `/apis/G/V/...` for every resource in `resources.py`, namespaced
 and cluster-wide, with the `status` and `scale` subresources and pod `eviction`.
 A GET whose Accept header asks for `as=Table` gets a meta.k8s.io Table. `?watch=1`
-streams newline-delimited watch events. Every failure is a `Status` body with the
+streams newline-delimited watch events. Resource requests pass through `chaos.py`, which
+injects API faults while a window is open and counts every mutation. Every failure is a `Status` body with the
 code a real API server uses, and an exception in a handler is a 500 Status, never
 a dead server.
 """
@@ -36,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fleetsim.kube import discovery, patch as patching, tables
+from fleetsim.kube.chaos import Chaos, RequestInfo, verb_of
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.errors import (
     ApiError,
@@ -133,10 +135,13 @@ def _scale(obj: Obj, res: Resource) -> Obj:
 class Api:
     """Request handling, separate from routing so it can be read top to bottom."""
 
-    def __init__(self, cluster: Cluster, *, token: str | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, *, token: str | None = None, chaos: Chaos | None = None
+    ) -> None:
         self.cluster = cluster
         self.store: Store = cluster.store
         self.token = token
+        self.chaos = chaos or Chaos()
         self._closing = asyncio.Event()
         self._watch_queues: set[asyncio.Queue[Event | None]] = set()
 
@@ -235,6 +240,24 @@ class Api:
                 raise NotFound(_NOT_FOUND)
             return _json(doc)
         target = self._target(group, version, parts)
+        watch = request.query_params.get("watch") in ("1", "true", "True")
+        info = RequestInfo(
+            verb=verb_of(request.method, named=target.name is not None, watch=watch),
+            resource=target.res.plural,
+            subresource=target.sub,
+            namespace=target.namespace,
+            name=target.name,
+            dry_run=bool(request.query_params.get("dryRun")),
+        )
+        return await self.chaos.handle(info, request.body, lambda: self._answer(request, target))
+
+    async def _answer(self, request: Request, target: Target) -> Response:
+        try:
+            return await self._dispatch(request, target)
+        except ApiError as exc:
+            return _error(exc)
+
+    async def _dispatch(self, request: Request, target: Target) -> Response:
         method = request.method
         if target.name is None:
             if method == "GET":
@@ -573,14 +596,17 @@ class Api:
         return StreamingResponse(stream(), media_type="application/json")
 
     def close_watches(self) -> None:
-        """End every open watch stream (server shutdown)."""
+        """End every open watch stream and every injected hang (server shutdown)."""
         self._closing.set()
+        self.chaos.release()
         for queue in list(self._watch_queues):
             queue.put_nowait(None)
 
 
-def build_app(cluster: Cluster, *, token: str | None = None) -> Starlette:
-    api = Api(cluster, token=token)
+def build_app(
+    cluster: Cluster, *, token: str | None = None, chaos: Chaos | None = None
+) -> Starlette:
+    api = Api(cluster, token=token, chaos=chaos)
     app = Starlette(routes=api.routes())
     app.state.api = api
     return app
@@ -596,9 +622,10 @@ class KubeServer:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        chaos: Chaos | None = None,
     ) -> None:
         self.cluster = cluster
-        self.app = build_app(cluster, token=token)
+        self.app = build_app(cluster, token=token, chaos=chaos)
         self.token = token
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -668,6 +695,11 @@ class KubeServer:
         if self._task is not None:
             await self._task
             self._task = None
+
+    @property
+    def chaos(self) -> Chaos:
+        """Fault windows and the mutation log of this server (`fleetsim.kube.chaos`)."""
+        return self._api.chaos
 
     @property
     def _api(self) -> Api:

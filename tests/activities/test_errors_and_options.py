@@ -15,8 +15,17 @@ from activities import ACTIVITY_OPTIONS, build_activities
 from activities.cluster import ClusterActivities, CordonInput
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
-from activities.errors import PERMANENT, TEMPORARY, classify_status, k8s_call, k8s_error
+from activities.errors import (
+    MAX_RETRY_AFTER_S,
+    PERMANENT,
+    TEMPORARY,
+    classify_status,
+    k8s_call,
+    k8s_error,
+    retry_after,
+)
 from activities.k8s import build_api_client
+from fleetsim.kube.chaos import ApiFault
 
 from .conftest import NS, Kube
 
@@ -129,3 +138,46 @@ def test_every_registered_activity_has_timeouts_and_a_retry_policy_beside_it(
     }
     for name in waiting:
         assert ACTIVITY_OPTIONS[name].get("heartbeat_timeout"), name
+
+
+def test_a_throttled_call_waits_the_servers_retry_after_before_its_next_attempt(
+    kube: Kube,
+) -> None:
+    kube.server.chaos.open(ApiFault(answer="throttle", retry_after_s=7))
+    core = client.CoreV1Api(kube.api)
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call(
+            "patch",
+            "namespace serving",
+            lambda: core.patch_namespace(NS, {"metadata": {"labels": {"a": "b"}}}),
+        )
+    assert not failed.value.non_retryable
+    assert failed.value.next_retry_delay == timedelta(seconds=7)
+    assert failed.value.message == (
+        "kubernetes patch namespace serving: 429 Too Many Requests (retry after 7s)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "delay"),
+    [
+        ({"Retry-After": "3"}, timedelta(seconds=3)),
+        ({"retry-after": "0.5"}, timedelta(seconds=0.5)),
+        ({"Retry-After": "3600"}, timedelta(seconds=MAX_RETRY_AFTER_S)),
+        ({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),
+        ({"Retry-After": "-1"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_read_in_seconds_capped_and_otherwise_left_to_the_policy(
+    header: dict[str, str] | None, delay: timedelta | None
+) -> None:
+    assert retry_after(header) == delay
+
+
+def test_a_server_error_without_retry_after_leaves_the_delay_to_the_retry_policy() -> None:
+    error = k8s_error(ApiException(status=500, reason="Boom"), verb="get", obj="pod serving/x")
+    assert not error.non_retryable
+    assert error.next_retry_delay is None
