@@ -132,7 +132,7 @@ class AssessResult(BaseModel):
     revision: str | None = None
 
 
-ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 # ---------------------------------------------------------------------------- routing
 
@@ -165,7 +165,7 @@ class RoutingStateResult(BaseModel):
     still_routable: dict[str, str] = Field(default_factory=dict)
 
 
-READ_ROUTING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+READ_ROUTING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 
 class DerouteInput(MutatingInput):
@@ -223,7 +223,7 @@ class ForceDeleteResult(BaseModel):
     approved_by: str
 
 
-FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 # ---------------------------------------------------------------------------- warm capacity
 
@@ -315,7 +315,7 @@ class LeadTimeResult(BaseModel):
     quantile: float = 0.9
 
 
-LEAD_TIME_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+LEAD_TIME_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 
 class PendingInput(BaseModel):
@@ -339,7 +339,7 @@ class PendingResult(BaseModel):
     largest_free_block: int
 
 
-PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 # ---------------------------------------------------------------------------- nodes
 
@@ -392,7 +392,7 @@ class RelocateResult(BaseModel):
     applied_now: bool
 
 
-RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=5)
+RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=8)
 
 # ---------------------------------------------------------------------------- verify
 
@@ -415,7 +415,7 @@ class VerifyCapacityResult(BaseModel):
     checks: list[Check]
 
 
-VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 
 # ---------------------------------------------------------------------------- pure logic

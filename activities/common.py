@@ -54,6 +54,24 @@ def activity_options(
     return config
 
 
+# A Kubernetes API outage every Kubernetes-facing activity's retry policy must ride out
+# (a control-plane restart or an apiserver overload lasts tens of seconds).
+API_OUTAGE_S = 60.0
+
+
+def retry_budget_s(policy: RetryPolicy) -> float:
+    """Seconds of back-off between the first attempt and the last (unbounded: infinity)."""
+    if policy.maximum_attempts <= 0:
+        return float("inf")
+    interval = policy.initial_interval.total_seconds()
+    ceiling = (policy.maximum_interval or policy.initial_interval * 100).total_seconds()
+    total = 0.0
+    for _ in range(policy.maximum_attempts - 1):
+        total += min(interval, ceiling)
+        interval *= policy.backoff_coefficient
+    return total
+
+
 class MutatingInput(BaseModel):
     """Every activity that changes something carries the workflow's operation id.
 

@@ -8,11 +8,18 @@ from datetime import timedelta
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import ACTIVITY_OPTIONS, build_activities
+from activities import (
+    ACTIVITY_OPTIONS,
+    GatewayActivities,
+    TriageActivities,
+    build_activities,
+)
 from activities.cluster import ClusterActivities, CordonInput
+from activities.common import API_OUTAGE_S, retry_budget_s
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 from activities.errors import (
@@ -28,6 +35,8 @@ from activities.k8s import build_api_client
 from fleetsim.kube.chaos import ApiFault
 
 from .conftest import NS, Kube
+
+KUBERNETES_FACING = (ClusterActivities, GatewayActivities, TriageActivities)
 
 
 @pytest.mark.parametrize(
@@ -181,3 +190,38 @@ def test_a_server_error_without_retry_after_leaves_the_delay_to_the_retry_policy
     error = k8s_error(ApiException(status=500, reason="Boom"), verb="get", obj="pod serving/x")
     assert not error.non_retryable
     assert error.next_retry_delay is None
+
+
+def test_the_retry_budget_adds_the_back_off_between_attempts_up_to_its_ceiling() -> None:
+    policy = RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=8,
+    )
+    assert retry_budget_s(policy) == 1 + 2 + 4 + 8 + 16 + 30 + 30
+    assert retry_budget_s(RetryPolicy(maximum_attempts=1)) == 0
+    assert retry_budget_s(RetryPolicy(maximum_attempts=0)) == float("inf")
+
+
+def test_every_kubernetes_facing_activity_rides_out_a_minute_long_api_outage(
+    kube: Kube, runner: EffectRunner
+) -> None:
+    import httpx
+
+    with httpx.Client() as http:
+        registered = build_activities(kube.api, runner, http, ActivitySettings())
+    facing = [
+        fn.__name__
+        for fn in registered
+        if isinstance(getattr(fn, "__self__", None), KUBERNETES_FACING)
+    ]
+    assert {"assess_loss", "deroute_replica", "apply_shed_tier", "triage_node"} <= set(facing)
+    budgets = {name: retry_budget_s(policy_of(name)) for name in facing}
+    assert {name: s for name, s in budgets.items() if s < API_OUTAGE_S} == {}
+
+
+def policy_of(name: str) -> RetryPolicy:
+    policy = ACTIVITY_OPTIONS[name]["retry_policy"]
+    assert policy is not None
+    return policy
