@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityConfig
 
-from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError
+from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError, policy_backoff
 from ledger.errors import LedgerError, PermanentEffectError
 from ledger.spec import OperationSpec
 
@@ -63,13 +63,8 @@ def retry_budget_s(policy: RetryPolicy) -> float:
     """Seconds of back-off between the first attempt and the last (unbounded: infinity)."""
     if policy.maximum_attempts <= 0:
         return float("inf")
-    interval = policy.initial_interval.total_seconds()
-    ceiling = (policy.maximum_interval or policy.initial_interval * 100).total_seconds()
-    total = 0.0
-    for _ in range(policy.maximum_attempts - 1):
-        total += min(interval, ceiling)
-        interval *= policy.backoff_coefficient
-    return total
+    delays = (policy_backoff(n, policy) for n in range(1, policy.maximum_attempts))
+    return sum(d.total_seconds() for d in delays)
 
 
 class MutatingInput(BaseModel):

@@ -6,7 +6,8 @@
     │   └── RefusedError    the activity declined on purpose (e.g. would remove a label
     │                       the workload controller selects on); the message says why.
     └── TemporaryError      retryable: 409 / 429 / 5xx, timeouts, connection errors;
-                            a 429's or 503's Retry-After sets the next attempt's delay.
+                            a 429's or 503's Retry-After delays the next attempt (at
+                            least; never less than the retry policy's own back-off).
 
 Called from every activity module through `k8s_call` (Kubernetes) and `http_errors`
 (httpx), so the retry decision is made once, here, from the status code.
@@ -22,6 +23,8 @@ from typing import TypeVar
 import httpx
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 T = TypeVar("T")
@@ -86,6 +89,27 @@ def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
     return timedelta(seconds=min(seconds, MAX_RETRY_AFTER_S))
 
 
+def policy_backoff(attempt: int, policy: RetryPolicy | None) -> timedelta:
+    """The delay `policy` puts after failed attempt `attempt` (1-based)."""
+    if policy is None:
+        return timedelta(0)
+    delay = policy.initial_interval * (policy.backoff_coefficient ** (attempt - 1))
+    ceiling = policy.maximum_interval or policy.initial_interval * 100
+    return min(delay, ceiling)
+
+
+def next_retry_delay(server_asked: timedelta | None) -> timedelta | None:
+    """Never sooner than the server asked, never sooner than the retry policy would.
+
+    A Retry-After shorter than the policy's back-off would spend the policy's attempts
+    faster than it was written for (eight attempts a second apart ride out nothing).
+    """
+    if server_asked is None or not activity.in_activity():
+        return server_asked
+    info = activity.info()
+    return max(server_asked, policy_backoff(info.attempt, info.retry_policy))
+
+
 def k8s_error(exc: BaseException, *, verb: str, obj: str) -> ApplicationError:
     """The activity error for a failed Kubernetes call on `obj` (e.g. "pod serving/llm-0")."""
     if isinstance(exc, ApiException):
@@ -94,10 +118,10 @@ def k8s_error(exc: BaseException, *, verb: str, obj: str) -> ApplicationError:
         message = f"kubernetes {verb} {obj}: {status} {reason}".strip()
         if status and classify_status(status) == PERMANENT:
             return PermanentError(message)
-        delay = retry_after(exc.headers)
-        if delay is not None:
-            message += f" (retry after {delay.total_seconds():g}s)"
-        return TemporaryError(message, retry_after=delay)
+        asked = retry_after(exc.headers)
+        if asked is not None:
+            message += f" (retry after {asked.total_seconds():g}s)"
+        return TemporaryError(message, retry_after=next_retry_delay(asked))
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         exc = exc.reason  # the timeout or refusal itself, not urllib3's wrapper around it
     return TemporaryError(f"kubernetes {verb} {obj}: {type(exc).__name__}: {exc}")

@@ -88,8 +88,8 @@ class RequestInfo:
     @property
     def object_ref(self) -> str:
         kind = self.resource + (f"/{self.subresource}" if self.subresource else "")
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{kind} {where}{self.name or ''}".rstrip()
+        where = "/".join(part for part in (self.namespace, self.name) if part)
+        return f"{kind} {where}".rstrip()
 
 
 def verb_of(method: str, *, named: bool, watch: bool) -> Verb:
@@ -116,6 +116,8 @@ class Window:
     opens_at: float
     closes_at: float
     hits: Counter[str] = field(default_factory=Counter)  # object_ref -> requests answered
+    # (clock time, verb, object_ref) of every request answered, to show when clients retried.
+    answered: list[tuple[float, str, str]] = field(default_factory=list)
 
     def matches(self, req: RequestInfo, now: float) -> bool:
         if not self.opens_at <= now < self.closes_at:
@@ -291,6 +293,7 @@ class Chaos:
         if window is None:
             return await self._served(req, body, serve, during=None)
         window.hits[req.object_ref] += 1
+        window.answered.append((self._clock(), req.verb, req.object_ref))
         fault = window.fault
         if fault.answer == "timeout" and fault.lose_response and mutating:
             await self._served(req, body, serve, during=fault.answer)

@@ -3,6 +3,7 @@ Options: every activity has timeouts and a retry policy defined beside it."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,16 @@ def policy_of(name: str) -> RetryPolicy:
     policy = ACTIVITY_OPTIONS[name]["retry_policy"]
     assert policy is not None
     return policy
+
+
+@pytest.mark.parametrize(("attempt", "seconds"), [(1, 3.0), (2, 3.0), (3, 4.0), (6, 30.0)])
+def test_a_retry_after_shorter_than_the_policys_back_off_does_not_shorten_it(
+    attempt: int, seconds: float
+) -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt, retry_policy=policy_of("assess_loss"))
+    error = ApiException(status=429, reason="Too Many Requests")
+    error.headers = {"Retry-After": "3"}
+    made = env.run(lambda: k8s_error(error, verb="list", obj="pods serving"))
+    assert made.next_retry_delay == timedelta(seconds=seconds)
+    assert made.message.endswith("(retry after 3s)")
