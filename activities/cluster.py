@@ -1254,6 +1254,17 @@ class ClusterActivities:
             return {"pods": names, "removed": removed, "already_out": already, "group": group}
 
         def confirm(op_id: str) -> dict[str, Any] | None:
+            # Out of the ready set is not proof of the deroute: a dead pod is unready anyway
+            # and comes back with its container. After a failed attempt the ledger asks
+            # here whether the effect is there, so the label itself must be gone.
+            labelled = [
+                name
+                for name in names
+                if (current := self._try_read_pod(input.namespace, name)) is not None
+                and s.router_label in _labels(current)
+            ]
+            if labelled:
+                return None
             deadline = time.monotonic() + input.confirm_timeout_s
             while True:
                 state = self._routing_state(input.namespace, input.service, names)
