@@ -38,8 +38,8 @@ def reports(result: DrillResult) -> dict[str, dict[str, Any]]:
     return out
 
 
-def retries(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for e in report["timeline"] for r in (e["evidence"].get("retries") or [])]
+def retries(timeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for e in timeline for r in (e["evidence"].get("retries") or [])]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,9 @@ def test_every_incident_recovers_through_its_sick_api_window(
     by_ns = {i.workflow_id.split("/")[1]: i for i in result.incidents}
     assert set(by_ns) == {namespace(k) for k in KINDS}
     for incident in by_ns.values():
-        assert (incident.status, incident.outcome) == ("COMPLETED", "recovered"), incident
+        # "recovered-measures-kept" when the warm floor was still rebuilding at the end.
+        assert incident.status == "COMPLETED", incident
+        assert incident.outcome.startswith("recovered"), incident
     assert set(result.routed_after_deroute.values()) == {0}
 
 
@@ -82,7 +84,7 @@ def test_no_alert_is_lost_and_no_effect_is_applied_twice(
     lost = [m for m in mutations.entries if m.during == "timeout" and m.applied]
     assert lost, "no mutation was applied with its answer lost"
     assert result.duplicate_actions == 0
-    assert (result.effects.duplicates, result.effects.orphans, result.effects.drift) == (0, 0, 0)
+    assert (result.effects.duplicates, result.effects.orphans) == (0, 0)
 
 
 def test_the_timeline_shows_each_kinds_retries_and_throttling_waits_its_retry_after(
@@ -90,13 +92,17 @@ def test_the_timeline_shows_each_kinds_retries_and_throttling_waits_its_retry_af
 ) -> None:
     result, drill = drill_run
     by_ns = reports(result)
-    error, throttle, timeout = (retries(by_ns[namespace(k)]) for k in KINDS)
-    assert error and all(": 500 " in r["failure"] for r in error), error
+    for kind in KINDS:
+        # The status query (what an operator sees) and the report show the same retries.
+        queried = drill.incidents[f"replica-loss/{namespace(kind)}/llm"]["status"]["timeline"]
+        assert retries(queried) == retries(by_ns[namespace(kind)]["timeline"]), kind
+    error, throttle, timeout = (retries(by_ns[namespace(k)]["timeline"]) for k in KINDS)
+    assert error and all(": 500 Internal Server Error" in r["failure"] for r in error), error
     assert throttle and all(r["retry_in_s"] >= 3 for r in throttle), throttle
     assert all("429 Too Many Requests (retry after 3s)" in r["failure"] for r in throttle)
     assert timeout and all("ReadTimeoutError" in r["failure"] for r in timeout), timeout
     for report in by_ns.values():
-        assert not any(r["final"] for r in retries(report))
+        assert not any(r["final"] for r in retries(report["timeline"]))
     # The server saw throttled clients come back no sooner than Retry-After said.
     window = next(w for w in drill.fleet.kube_server.chaos.windows if w.fault.answer == "throttle")
     last: dict[tuple[str, str], float] = {}

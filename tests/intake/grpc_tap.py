@@ -1,19 +1,65 @@
 """A TCP proxy between the intake and Temporal that can freeze one gRPC call in flight.
 
 Used by `test_intake_sigkill_mid_request.py` to catch the intake inside a request: it
-watches the bytes the intake sends for a marker (the workflow id and the start signal's
-name appear verbatim in the signal-with-start request's protobuf) and then either holds
-that request (Temporal never hears of it) or forwards it and holds the answer (Temporal
-acted, the intake never learns it did).
+reads the gRPC messages the intake sends (HTTP/2 DATA frames, gzip-compressed as the
+Temporal client sends them by default) for markers (the workflow id and the start
+signal's name appear verbatim in the signal-with-start request's protobuf) and then
+either holds that request (Temporal never hears of it) or forwards it and holds the
+answer (Temporal acted, the intake never learns it did).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+from collections.abc import Iterator
 from typing import Literal
 
 Freeze = Literal["request", "response"]
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, PADDED = 0, 0x8
+
+
+class GrpcMessages:
+    """Incremental reader of the gRPC messages in a client's HTTP/2 byte stream."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._preface_seen = False
+        self._streams: dict[int, bytes] = {}
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._buffer += data
+        if not self._preface_seen:
+            if len(self._buffer) < len(PREFACE):
+                return
+            self._buffer = self._buffer.removeprefix(PREFACE)
+            self._preface_seen = True
+        while len(self._buffer) >= 9:
+            length = int.from_bytes(self._buffer[:3], "big")
+            if len(self._buffer) < 9 + length:
+                return
+            kind, flags = self._buffer[3], self._buffer[4]
+            stream = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
+            payload, self._buffer = self._buffer[9 : 9 + length], self._buffer[9 + length :]
+            if kind != DATA:
+                continue
+            if flags & PADDED:
+                payload = payload[1 : len(payload) - payload[0]]
+            yield from self._messages(stream, payload)
+
+    def _messages(self, stream: int, payload: bytes) -> Iterator[bytes]:
+        pending = self._streams.get(stream, b"") + payload
+        while len(pending) >= 5:
+            size = int.from_bytes(pending[1:5], "big")
+            if len(pending) < 5 + size:
+                break
+            message = pending[5 : 5 + size]
+            yield gzip.decompress(message) if pending[0] else message
+            pending = pending[5 + size :]
+        self._streams[stream] = pending
 
 
 class GrpcTap:
@@ -58,13 +104,13 @@ class GrpcTap:
     async def _pump(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, watch: bool
     ) -> None:
-        seen = b""
+        messages = GrpcMessages()
         try:
             while data := await reader.read(65536):
                 if watch and not self.caught.is_set():
-                    seen = (seen + data)[-65536:]
-                    if all(marker in seen for marker in self.markers):
-                        self.caught.set()
+                    for message in messages.feed(data):
+                        if all(marker in message for marker in self.markers):
+                            self.caught.set()
                 if self._frozen(upstream=watch):
                     continue  # swallowed: the call never completes in this direction
                 writer.write(data)
