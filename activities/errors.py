@@ -10,7 +10,8 @@
                             least; never less than the retry policy's own back-off).
 
 Called from every activity module through `k8s_call` (Kubernetes) and `http_errors`
-(httpx), so the retry decision is made once, here, from the status code.
+(httpx), so the retry decision is made once, here, from the status code (and the
+Retry-After header).
 """
 
 from __future__ import annotations
@@ -147,6 +148,9 @@ def http_errors(verb: str, obj: str) -> Iterator[None]:
         message = f"{verb} {obj}: HTTP {status}"
         if classify_status(status) == PERMANENT:
             raise PermanentError(message) from exc
-        raise TemporaryError(message) from exc
+        asked = retry_after(exc.response.headers)
+        if asked is not None:
+            message += f" (retry after {asked.total_seconds():g}s)"
+        raise TemporaryError(message, retry_after=next_retry_delay(asked)) from exc
     except httpx.TransportError as exc:
         raise TemporaryError(f"{verb} {obj}: {type(exc).__name__}: {exc}") from exc

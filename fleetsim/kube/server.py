@@ -11,10 +11,10 @@ Routes: discovery (`/api`, `/apis`, `/api/v1`, `/apis/G/V`, `/version`), then
 `/api/v1/...` and `/apis/G/V/...` for every resource in `resources.py`, namespaced
 and cluster-wide, with the `status` and `scale` subresources and pod `eviction`.
 A GET whose Accept header asks for `as=Table` gets a meta.k8s.io Table. `?watch=1`
-streams newline-delimited watch events. Resource requests pass through `chaos.py`, which
-injects API faults while a window is open and counts every mutation. Every failure is a `Status` body with the
+streams newline-delimited watch events. Every failure is a `Status` body with the
 code a real API server uses, and an exception in a handler is a 500 Status, never
-a dead server.
+a dead server. Resource requests pass through `chaos.py`, which injects API faults
+while a window is open and counts every mutation.
 """
 
 from __future__ import annotations

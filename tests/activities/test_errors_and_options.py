@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +29,7 @@ from activities.errors import (
     PERMANENT,
     TEMPORARY,
     classify_status,
+    http_errors,
     k8s_call,
     k8s_error,
     retry_after,
@@ -239,3 +241,13 @@ def test_a_retry_after_shorter_than_the_policys_back_off_does_not_shorten_it(
     made = env.run(lambda: k8s_error(error, verb="list", obj="pods serving"))
     assert made.next_retry_delay == timedelta(seconds=seconds)
     assert made.message.endswith("(retry after 3s)")
+
+
+def test_an_http_service_that_throttles_is_retried_after_its_retry_after() -> None:
+    request = httpx.Request("GET", "http://router.example/metrics")
+    response = httpx.Response(503, headers={"Retry-After": "5"}, request=request)
+    with pytest.raises(ApplicationError) as failed, http_errors("scrape", "router"):
+        response.raise_for_status()
+    assert not failed.value.non_retryable
+    assert failed.value.next_retry_delay == timedelta(seconds=5)
+    assert failed.value.message == "scrape router: HTTP 503 (retry after 5s)"
