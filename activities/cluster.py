@@ -135,7 +135,7 @@ class AssessResult(BaseModel):
     revision: str | None = None
 
 
-ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 # ---------------------------------------------------------------------------- routing
 
@@ -168,7 +168,7 @@ class RoutingStateResult(BaseModel):
     still_routable: dict[str, str] = Field(default_factory=dict)
 
 
-READ_ROUTING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+READ_ROUTING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 
 class DerouteInput(MutatingInput):
@@ -226,7 +226,7 @@ class ForceDeleteResult(BaseModel):
     approved_by: str
 
 
-FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 # ---------------------------------------------------------------------------- warm capacity
 
@@ -318,7 +318,7 @@ class LeadTimeResult(BaseModel):
     quantile: float = 0.9
 
 
-LEAD_TIME_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+LEAD_TIME_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 
 class PendingInput(BaseModel):
@@ -342,7 +342,7 @@ class PendingResult(BaseModel):
     largest_free_block: int
 
 
-PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 
 class ReplacementsInput(BaseModel):
@@ -416,7 +416,7 @@ class RelocateResult(BaseModel):
     applied_now: bool
 
 
-RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=5)
+RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=8)
 
 # ---------------------------------------------------------------------------- verify
 
@@ -439,7 +439,7 @@ class VerifyCapacityResult(BaseModel):
     checks: list[Check]
 
 
-VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
 
 
 # ---------------------------------------------------------------------------- pure logic
@@ -1326,6 +1326,17 @@ class ClusterActivities:
             return {"pods": names, "removed": removed, "already_out": already, "group": group}
 
         def confirm(op_id: str) -> dict[str, Any] | None:
+            # Out of the ready set is not proof of the deroute: a dead pod is unready anyway
+            # and comes back with its container. After a failed attempt the ledger asks
+            # here whether the effect is there, so the label itself must be gone.
+            labelled = [
+                name
+                for name in names
+                if (current := self._try_read_pod(input.namespace, name)) is not None
+                and s.router_label in _labels(current)
+            ]
+            if labelled:
+                return None
             deadline = time.monotonic() + input.confirm_timeout_s
             while True:
                 state = self._routing_state(input.namespace, input.service, names)

@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityConfig
 
-from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError
+from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError, policy_backoff
 from ledger.errors import LedgerError, PermanentEffectError
 from ledger.spec import OperationSpec
 
@@ -52,6 +52,19 @@ def activity_options(
     if schedule_to_close is not None:
         config["schedule_to_close_timeout"] = timedelta(seconds=schedule_to_close)
     return config
+
+
+# A Kubernetes API outage every Kubernetes-facing activity's retry policy must ride out
+# (a control-plane restart or an apiserver overload lasts tens of seconds).
+API_OUTAGE_S = 60.0
+
+
+def retry_budget_s(policy: RetryPolicy) -> float:
+    """Seconds of back-off between the first attempt and the last (unbounded: infinity)."""
+    if policy.maximum_attempts <= 0:
+        return float("inf")
+    delays = (policy_backoff(n, policy) for n in range(1, policy.maximum_attempts))
+    return sum(d.total_seconds() for d in delays)
 
 
 class MutatingInput(BaseModel):

@@ -63,7 +63,7 @@ class TriageResult(BaseModel):
     applied_now: bool
 
 
-TRIAGE_OPTIONS = activity_options(start_to_close=120, max_attempts=5)
+TRIAGE_OPTIONS = activity_options(start_to_close=120, max_attempts=8)
 
 
 # ---------------------------------------------------------------------------- classification

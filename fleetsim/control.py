@@ -11,6 +11,10 @@ its dotted path, and a fault aimed at something that is not there gets 409.
     GET  /metrics             the router's per-replica retried/terminated counters (Prometheus)
     POST /faults              a fault (JSON or YAML body), e.g. {"kind": "fake-alive", ...}
     POST /scenarios/validate  a scenario (YAML or JSON body): 200 or 422 naming fields
+    GET  /kube-api            API fault windows (`fleetsim.kube.chaos`) and mutation counts
+    DELETE /kube-api          close every API fault window now
+
+An API fault is a fault like the others: `POST /faults {"kind": "kube-api", "api": {...}}`.
 """
 
 from __future__ import annotations
@@ -103,8 +107,23 @@ def control_app(fleet: Fleet) -> Starlette:
             return JSONResponse({"errors": err.problems}, status_code=422)
         return JSONResponse({"name": scenario.name, "faults": len(scenario.faults)})
 
+    async def kube_api(request: Request) -> JSONResponse:
+        chaos = fleet.kube_server.chaos
+        if request.method == "DELETE":
+            chaos.close_all()
+        applied_twice = chaos.mutations.applied_twice()
+        return JSONResponse(
+            {
+                "windows": chaos.describe(),
+                "mutations": len(chaos.mutations.entries),
+                "refused": len(chaos.mutations.refused()),
+                "applied_twice": applied_twice,
+            }
+        )
+
     return Starlette(
         routes=[
+            Route("/kube-api", kube_api, methods=["GET", "DELETE"]),
             Route("/counters", counters, methods=["GET"]),
             Route("/alerts", alerts, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

@@ -22,7 +22,7 @@ before injection, with only what the scenario itself determines (no pod names).
 | gpu-xid             | FleetmendGPUXidError       | gpu-xid         |
 | fake-alive          | FleetmendReplicaNoTraffic  | no-traffic      |
 | bad-rollout         | FleetmendPodCrashLooping   | pod-crashloop   |
-| demand-surge, image-pull-failure | (none: no replica is lost by them alone) | |
+| demand-surge, image-pull-failure, kube-api | (none: no replica is lost by them alone) | |
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ ALERTS: dict[str, AlertSpec | None] = {
     "bad-rollout": AlertSpec(c.ALERT_POD_CRASHLOOP, "pod-crashloop", "warning"),
     "demand-surge": None,
     "image-pull-failure": None,
+    "kube-api": None,
 }
 
 _SUMMARY = {
@@ -316,6 +317,10 @@ class Injector:
         t = fault.target
         assert t.namespace is not None and t.pool is not None
         self.kubelet.broken_registry.add((t.namespace, t.pool))
+
+    def _kube_api(self, fault: Fault, out: InjectedFault) -> None:
+        assert fault.api is not None
+        self.fleet.kube_server.chaos.open(fault.api)
 
     def _node_disk_full(self, fault: Fault, out: InjectedFault) -> None:
         message = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi"

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fleetsim.kube.chaos import ApiFault
+
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
@@ -31,6 +33,7 @@ FaultKind = Literal[
     "image-pull-failure",
     "node-disk-full",
     "bad-rollout",
+    "kube-api",
 ]
 
 
@@ -138,10 +141,13 @@ class Fault(_Strict):
     xid: int = Field(79, ge=1, description="gpu-xid: the Xid code (79 off bus, 48 DBE ECC)")
     factor: float = Field(2.0, gt=0, description="demand-surge: arrival multiplier")
     duration_s: float | None = Field(None, gt=0, description="demand-surge: how long")
+    api: ApiFault | None = Field(None, description="kube-api: the API server's sickness")
 
     @model_validator(mode="after")
     def _target_fits_kind(self) -> Fault:
         t = self.target
+        if (self.kind == "kube-api") != (self.api is not None):
+            raise ValueError("kube-api needs `api`, and only kube-api takes it")
         needs_pool = self.kind in (
             "pod-oom-killed",
             "pod-evicted",

@@ -44,6 +44,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
+from worker.attempts import AttemptReporter
 from worker.settings import Settings
 
 log = logging.getLogger("fleetmend.worker")
@@ -157,6 +158,8 @@ def build_worker(
         activity_executor=executor or ThreadPoolExecutor(slots, thread_name_prefix="activity"),
         max_concurrent_activities=slots,
         graceful_shutdown_timeout=graceful_shutdown,
+        # Failed attempts reach the incident's timeline (Temporal alone would hide them).
+        interceptors=[AttemptReporter(client)],
     )
 
 

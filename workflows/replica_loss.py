@@ -47,17 +47,20 @@ from workflows.decisions import (
 )
 from workflows.opids import incident_id, operation_id
 from workflows.reconcile import ReconcileWorkflow, reconcile_workflow_id
+from workflows.retries import note_retry
 from workflows.types import (
     QUERY_STATUS,
     SIGNAL_ABORT,
     SIGNAL_ALERT_RESOLVED,
     SIGNAL_APPROVE,
+    SIGNAL_ATTEMPT_FAILED,
     SIGNAL_REPLICA_LOST,
     UPDATE_APPROVE,
     WORKFLOW_NAME,
     AbortRequest,
     AlertResolved,
     ApprovalInput,
+    AttemptFailed,
     Effect,
     Facts,
     GateDecision,
@@ -216,6 +219,14 @@ class ReplicaLossWorkflow:
     def abort(self, request: AbortRequest | None = None) -> None:
         if self.state.abort is None:
             self.state.abort = request or AbortRequest()
+
+    @workflow.signal(name=SIGNAL_ATTEMPT_FAILED)
+    def attempt_failed(self, report: AttemptFailed) -> None:
+        # Evidence only: the retry itself is Temporal's, so no command depends on this.
+        timeline = self.state.timeline
+        running = [e for e in timeline if e.outcome == "running"]
+        if running or timeline:
+            note_retry((running or timeline)[-1].evidence, report)
 
     @workflow.update(name=UPDATE_APPROVE)
     def approve(self, request: ApprovalInput) -> GateDecision:

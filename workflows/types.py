@@ -35,6 +35,7 @@ SIGNAL_ABORT = "abort"
 UPDATE_APPROVE = "approve"
 SIGNAL_APPROVE = "approve_signal"
 QUERY_STATUS = "status"
+SIGNAL_ATTEMPT_FAILED = "activity_attempt_failed"
 
 # Custom search attributes the workflows set; `fleetmend up` registers them on the dev server.
 SEARCH_ATTRIBUTES: dict[str, str] = {
@@ -81,6 +82,17 @@ class LostReplica(BaseModel):
     received_at: datetime | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     dry_run: bool = False
+
+
+class AttemptFailed(BaseModel):
+    """An activity attempt failed and Temporal will retry it: sent by the worker
+    (`worker/attempts.py`) so the running step's timeline entry shows the retries."""
+
+    activity: str
+    attempt: int
+    failure: str
+    retry_in_s: float | None = None  # the server's Retry-After, when it sent one
+    final: bool = False  # the retry policy has no attempt left
 
 
 class AlertResolved(BaseModel):

@@ -13,7 +13,8 @@ and cluster-wide, with the `status` and `scale` subresources and pod `eviction`.
 A GET whose Accept header asks for `as=Table` gets a meta.k8s.io Table. `?watch=1`
 streams newline-delimited watch events. Every failure is a `Status` body with the
 code a real API server uses, and an exception in a handler is a 500 Status, never
-a dead server.
+a dead server. Resource requests pass through `chaos.py`, which injects API faults
+while a window is open and counts every mutation.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fleetsim.kube import discovery, patch as patching, rbac, tables
+from fleetsim.kube.chaos import Chaos, RequestInfo, verb_of
 from fleetsim.kube.cluster import Cluster
 from fleetsim.kube.errors import (
     ApiError,
@@ -140,12 +142,14 @@ class Api:
         *,
         token: str | None = None,
         authorizer: rbac.Authorizer | None = None,
+        chaos: Chaos | None = None,
     ) -> None:
         self.cluster = cluster
         self.store: Store = cluster.store
         self.token = token
         # With an authorizer, its tokens are the only credentials and RBAC decides.
         self.authorizer = authorizer
+        self.chaos = chaos or Chaos()
         self._closing = asyncio.Event()
         self._watch_queues: set[asyncio.Queue[Event | None]] = set()
 
@@ -284,6 +288,24 @@ class Api:
             return _json(doc)
         target = self._target(group, version, parts)
         self._authorize(request, target)
+        watch = request.query_params.get("watch") in ("1", "true", "True")
+        info = RequestInfo(
+            verb=verb_of(request.method, named=target.name is not None, watch=watch),
+            resource=target.res.plural,
+            subresource=target.sub,
+            namespace=target.namespace,
+            name=target.name,
+            dry_run=bool(request.query_params.get("dryRun")),
+        )
+        return await self.chaos.handle(info, request.body, lambda: self._answer(request, target))
+
+    async def _answer(self, request: Request, target: Target) -> Response:
+        try:
+            return await self._dispatch(request, target)
+        except ApiError as exc:
+            return _error(exc)
+
+    async def _dispatch(self, request: Request, target: Target) -> Response:
         method = request.method
         if target.name is None:
             if method == "GET":
@@ -622,16 +644,21 @@ class Api:
         return StreamingResponse(stream(), media_type="application/json")
 
     def close_watches(self) -> None:
-        """End every open watch stream (server shutdown)."""
+        """End every open watch stream and every injected hang (server shutdown)."""
         self._closing.set()
+        self.chaos.release()
         for queue in list(self._watch_queues):
             queue.put_nowait(None)
 
 
 def build_app(
-    cluster: Cluster, *, token: str | None = None, authorizer: rbac.Authorizer | None = None
+    cluster: Cluster,
+    *,
+    token: str | None = None,
+    authorizer: rbac.Authorizer | None = None,
+    chaos: Chaos | None = None,
 ) -> Starlette:
-    api = Api(cluster, token=token, authorizer=authorizer)
+    api = Api(cluster, token=token, authorizer=authorizer, chaos=chaos)
     app = Starlette(routes=api.routes())
     app.state.api = api
     return app
@@ -648,9 +675,10 @@ class KubeServer:
         port: int = 0,
         token: str | None = None,
         authorizer: rbac.Authorizer | None = None,
+        chaos: Chaos | None = None,
     ) -> None:
         self.cluster = cluster
-        self.app = build_app(cluster, token=token, authorizer=authorizer)
+        self.app = build_app(cluster, token=token, authorizer=authorizer, chaos=chaos)
         self.token = token
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -720,6 +748,11 @@ class KubeServer:
         if self._task is not None:
             await self._task
             self._task = None
+
+    @property
+    def chaos(self) -> Chaos:
+        """Fault windows and the mutation log of this server (`fleetsim.kube.chaos`)."""
+        return self._api.chaos
 
     @property
     def _api(self) -> Api:

@@ -15,6 +15,7 @@ from activities.cluster import (
 )
 from activities.config import ActivitySettings
 from activities.effects import STAMP_ANNOTATION, EffectRunner
+from fleetsim.kube.chaos import ApiFault
 
 from .conftest import (
     NS,
@@ -267,3 +268,33 @@ def test_deroute_is_not_reported_done_while_the_endpoint_stays_in_the_ready_set(
     assert "still in the ready set" in str(pending.value)
     record = runner.ledger.get("i/deroute/plain")
     assert record is not None and record.state == "applied"  # done, but not confirmed
+
+
+def test_a_deroute_whose_patch_failed_is_applied_by_its_retry_though_the_pod_is_unready(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    # A dead replica is out of the ready set before fleetmend acts, and its container
+    # comes back later with the label still on: only the label proves the deroute.
+    build_pool(kube.cluster, replicas=3, warm=0, nodes_per_rack=2)
+    victim = serving_pods(kube.cluster)[0]["metadata"]["name"]
+    kube.cluster.set_pod_ready(NS, victim, False)
+    acts = _acts(kube, runner, settings)
+    op = DerouteInput(
+        op_id=f"{INCIDENT}/deroute/{victim}",
+        incident_id=INCIDENT,
+        namespace=NS,
+        service=POOL,
+        pod=victim,
+    )
+    kube.server.chaos.open(ApiFault(answer="error", resources=["pods"]))
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(acts.deroute_replica, op)
+    assert not refused.value.non_retryable and ": 500 " in refused.value.message
+    assert _labels(kube, victim)["serving"] == "true"
+    kube.server.chaos.close_all()
+
+    retried = ActivityEnvironment().run(acts.deroute_replica, op)
+
+    assert retried.applied_now and retried.confirmed
+    assert "serving" not in _labels(kube, victim)
+    assert kube.server.chaos.mutations.applied_twice() == {}

@@ -3,22 +3,43 @@ Options: every activity has timeouts and a retry policy defined beside it."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import ACTIVITY_OPTIONS, build_activities
+from activities import (
+    ACTIVITY_OPTIONS,
+    GatewayActivities,
+    TriageActivities,
+    build_activities,
+)
 from activities.cluster import ClusterActivities, CordonInput
+from activities.common import API_OUTAGE_S, retry_budget_s
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
-from activities.errors import PERMANENT, TEMPORARY, classify_status, k8s_call, k8s_error
+from activities.errors import (
+    MAX_RETRY_AFTER_S,
+    PERMANENT,
+    TEMPORARY,
+    classify_status,
+    http_errors,
+    k8s_call,
+    k8s_error,
+    retry_after,
+)
 from activities.k8s import build_api_client
+from fleetsim.kube.chaos import ApiFault
 
 from .conftest import NS, Kube
+
+KUBERNETES_FACING = (ClusterActivities, GatewayActivities, TriageActivities)
 
 
 @pytest.mark.parametrize(
@@ -129,3 +150,104 @@ def test_every_registered_activity_has_timeouts_and_a_retry_policy_beside_it(
     }
     for name in waiting:
         assert ACTIVITY_OPTIONS[name].get("heartbeat_timeout"), name
+
+
+def test_a_throttled_call_waits_the_servers_retry_after_before_its_next_attempt(
+    kube: Kube,
+) -> None:
+    kube.server.chaos.open(ApiFault(answer="throttle", retry_after_s=7))
+    core = client.CoreV1Api(kube.api)
+    with pytest.raises(ApplicationError) as failed:
+        k8s_call(
+            "patch",
+            "namespace serving",
+            lambda: core.patch_namespace(NS, {"metadata": {"labels": {"a": "b"}}}),
+        )
+    assert not failed.value.non_retryable
+    assert failed.value.next_retry_delay == timedelta(seconds=7)
+    assert failed.value.message == (
+        "kubernetes patch namespace serving: 429 Too Many Requests (retry after 7s)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "delay"),
+    [
+        ({"Retry-After": "3"}, timedelta(seconds=3)),
+        ({"retry-after": "0.5"}, timedelta(seconds=0.5)),
+        ({"Retry-After": "3600"}, timedelta(seconds=MAX_RETRY_AFTER_S)),
+        ({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),
+        ({"Retry-After": "-1"}, None),
+        ({"Retry-After": "nan"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_read_in_seconds_capped_and_otherwise_left_to_the_policy(
+    header: dict[str, str] | None, delay: timedelta | None
+) -> None:
+    assert retry_after(header) == delay
+
+
+def test_a_server_error_without_retry_after_leaves_the_delay_to_the_retry_policy() -> None:
+    error = k8s_error(ApiException(status=500, reason="Boom"), verb="get", obj="pod serving/x")
+    assert not error.non_retryable
+    assert error.next_retry_delay is None
+
+
+def test_the_retry_budget_adds_the_back_off_between_attempts_up_to_its_ceiling() -> None:
+    policy = RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=8,
+    )
+    assert retry_budget_s(policy) == 1 + 2 + 4 + 8 + 16 + 30 + 30
+    assert retry_budget_s(RetryPolicy(maximum_attempts=1)) == 0
+    assert retry_budget_s(RetryPolicy(maximum_attempts=0)) == float("inf")
+
+
+def test_every_kubernetes_facing_activity_rides_out_a_minute_long_api_outage(
+    kube: Kube, runner: EffectRunner
+) -> None:
+    import httpx
+
+    with httpx.Client() as http:
+        registered = build_activities(kube.api, runner, http, ActivitySettings())
+    facing = [
+        fn.__name__
+        for fn in registered
+        if isinstance(getattr(fn, "__self__", None), KUBERNETES_FACING)
+    ]
+    assert {"assess_loss", "deroute_replica", "apply_shed_tier", "triage_node"} <= set(facing)
+    budgets = {name: retry_budget_s(policy_of(name)) for name in facing}
+    assert {name: s for name, s in budgets.items() if s < API_OUTAGE_S} == {}
+
+
+def policy_of(name: str) -> RetryPolicy:
+    policy = ACTIVITY_OPTIONS[name]["retry_policy"]
+    assert policy is not None
+    return policy
+
+
+@pytest.mark.parametrize(("attempt", "seconds"), [(1, 3.0), (2, 3.0), (3, 4.0), (6, 30.0)])
+def test_a_retry_after_shorter_than_the_policys_back_off_does_not_shorten_it(
+    attempt: int, seconds: float
+) -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt, retry_policy=policy_of("assess_loss"))
+    error = ApiException(status=429, reason="Too Many Requests")
+    error.headers = {"Retry-After": "3"}
+    made = env.run(lambda: k8s_error(error, verb="list", obj="pods serving"))
+    assert made.next_retry_delay == timedelta(seconds=seconds)
+    assert made.message.endswith("(retry after 3s)")
+
+
+def test_an_http_service_that_throttles_is_retried_after_its_retry_after() -> None:
+    request = httpx.Request("GET", "http://router.example/metrics")
+    response = httpx.Response(503, headers={"Retry-After": "5"}, request=request)
+    with pytest.raises(ApplicationError) as failed, http_errors("scrape", "router"):
+        response.raise_for_status()
+    assert not failed.value.non_retryable
+    assert failed.value.next_retry_delay == timedelta(seconds=5)
+    assert failed.value.message == "scrape router: HTTP 503 (retry after 5s)"

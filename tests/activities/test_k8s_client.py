@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import urllib3
 from kubernetes import client
+from temporalio.exceptions import ApplicationError
 
-from activities.k8s import build_api_client
+from activities.errors import k8s_call
+from activities.k8s import BoundedApiClient, build_api_client
+from fleetsim.kube.chaos import ApiFault
 from fleetsim.kube.server import KubeServer
 from fleetsim.kubeconfig import write_kubeconfig
 
@@ -40,3 +44,26 @@ def test_kubeconfig_from_the_environment_is_used_when_no_path_is_given(
     monkeypatch.setenv("KUBECONFIG", str(path))
     with build_api_client() as api:
         assert api.configuration.host == kube.server.url
+
+
+def test_a_silent_api_server_fails_the_call_within_the_clients_own_timeout(kube: Kube) -> None:
+    # The official client has no default timeout: without one this read would never return.
+    kube.server.chaos.open(ApiFault(answer="timeout", verbs=["list"], hang_s=30))
+    with build_api_client(host=kube.server.url, timeout_s=0.5) as api:
+        assert isinstance(api, BoundedApiClient)
+        with pytest.raises(ApplicationError) as failed:
+            k8s_call("list", "pods", lambda: client.CoreV1Api(api).list_namespaced_pod(NS))
+    assert not failed.value.non_retryable
+    assert failed.value.message.startswith("kubernetes list pods: ReadTimeoutError: ")
+
+
+def test_a_call_naming_its_own_timeout_keeps_it_and_urllib3_never_retries_behind_our_back(
+    kube: Kube,
+) -> None:
+    kube.server.chaos.open(ApiFault(answer="timeout", verbs=["get"], hang_s=30))
+    with build_api_client(host=kube.server.url, timeout_s=60) as api:
+        assert api.configuration.retries == 0
+        with pytest.raises(urllib3.exceptions.MaxRetryError, match="Read timed out"):
+            client.CoreV1Api(api).read_namespace(NS, _request_timeout=0.3)
+    # One request, not urllib3's default of up to four.
+    assert sum(w["answered"] for w in kube.server.chaos.describe()) == 1

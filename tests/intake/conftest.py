@@ -150,8 +150,11 @@ class IntakeProcess:
     proc: asyncio.subprocess.Process
 
 
-async def start_intake_process(env_extra: dict[str, str]) -> IntakeProcess:
-    port = free_port()
+async def start_intake_process(
+    env_extra: dict[str, str], *, port: int | None = None
+) -> IntakeProcess:
+    """An intake process; `port` to come back where a killed one was (else a free one)."""
+    port = port or free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLEETMEND_")},
         "FLEETMEND_INTAKE_TOKEN": TOKEN,

@@ -11,6 +11,7 @@ resolved notifications recorded on the incidents.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -71,18 +72,11 @@ def alertmanager_config(intake_url: str) -> dict[str, Any]:
     return config
 
 
-@pytest_asyncio.fixture
-async def stack(
-    local_env: WorkflowEnvironment, tmp_path: Path
-) -> AsyncIterator[tuple[IntakeProcess, str]]:
-    intake = await start_intake_process(
-        {
-            "FLEETMEND_TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
-            "FLEETMEND_TASK_QUEUE": unique("tq-am"),
-        }
-    )
+@contextlib.asynccontextmanager
+async def running_alertmanager(config: dict[str, Any], tmp_path: Path) -> AsyncIterator[str]:
+    """Alertmanager on a free port with `config`; yields its URL, stops it at the end."""
     config_path = tmp_path / "am.yml"
-    config_path.write_text(yaml.safe_dump(alertmanager_config(intake.url)))
+    config_path.write_text(yaml.safe_dump(config))
     port = free_port()
     log = (tmp_path / "alertmanager.log").open("wb")
     am = subprocess.Popen(
@@ -111,11 +105,27 @@ async def stack(
                 raise RuntimeError(
                     f"alertmanager did not start: {(tmp_path / 'alertmanager.log').read_text()}"
                 )
-        yield intake, url
+        yield url
     finally:
         am.terminate()
         am.wait(timeout=20)
         log.close()
+
+
+@pytest_asyncio.fixture
+async def stack(
+    local_env: WorkflowEnvironment, tmp_path: Path
+) -> AsyncIterator[tuple[IntakeProcess, str]]:
+    intake = await start_intake_process(
+        {
+            "FLEETMEND_TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
+            "FLEETMEND_TASK_QUEUE": unique("tq-am"),
+        }
+    )
+    try:
+        async with running_alertmanager(alertmanager_config(intake.url), tmp_path) as url:
+            yield intake, url
+    finally:
         await stop_intake_process(intake)
 
 

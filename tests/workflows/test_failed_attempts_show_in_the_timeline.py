@@ -1,0 +1,101 @@
+"""A failed activity attempt that Temporal will retry is noted in the running step's
+timeline entry: what the worker reports (`worker/attempts.py`) and how the entry keeps it
+(`workflows/retries.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.errors import PermanentError, TemporaryError
+from worker.attempts import attempt_report, is_last_attempt, will_retry
+from workflows.retries import KEEP_FIRST, KEEP_LAST, note_retry
+from workflows.types import AttemptFailed
+
+POLICY = RetryPolicy(maximum_attempts=8, non_retryable_error_types=["PermanentError"])
+
+
+def info(attempt: int, policy: RetryPolicy | None = POLICY) -> activity.Info:
+    return dataclasses.replace(
+        ActivityEnvironment().info,
+        activity_type="deroute_replica",
+        attempt=attempt,
+        workflow_type="ReplicaLossWorkflow",
+        retry_policy=policy,
+    )
+
+
+def failed(attempt: int, failure: str = "kubernetes patch pod serving/a: 500") -> AttemptFailed:
+    return AttemptFailed(activity="deroute_replica", attempt=attempt, failure=failure)
+
+
+def test_a_temporary_error_reports_its_attempt_message_and_the_servers_retry_after() -> None:
+    error = TemporaryError("kubernetes patch pod serving/a: 429", retry_after=timedelta(seconds=4))
+    report = attempt_report(info(3), error)
+    assert report == AttemptFailed(
+        activity="deroute_replica",
+        attempt=3,
+        failure="kubernetes patch pod serving/a: 429",
+        retry_in_s=4.0,
+        final=False,
+    )
+
+
+def test_the_last_attempt_of_the_policy_is_marked_final() -> None:
+    assert attempt_report(info(8), TemporaryError("x")).final
+    assert not attempt_report(info(7), TemporaryError("x")).final
+    assert not is_last_attempt(50, RetryPolicy(maximum_attempts=0), "TemporaryError")
+    assert not is_last_attempt(50, None, "TemporaryError")
+    assert is_last_attempt(1, POLICY, "PermanentError")
+
+
+def test_an_unexpected_exception_is_reported_by_its_type() -> None:
+    report = attempt_report(info(2), OSError("connection reset"))
+    assert report.failure == "OSError: connection reset"
+    assert report.retry_in_s is None
+
+
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (TemporaryError("x"), True),
+        (OSError("x"), True),
+        (ApplicationError("x"), True),
+        (PermanentError("x"), False),
+        (ApplicationError("x", non_retryable=True), False),
+    ],
+)
+def test_only_failures_temporal_will_retry_are_reported(exc: Exception, retried: bool) -> None:
+    assert will_retry(exc) is retried
+
+
+def test_each_failed_attempt_adds_to_the_entry_and_the_count() -> None:
+    evidence: dict[str, Any] = {"pods": ["a"]}
+    note_retry(evidence, failed(1))
+    note_retry(evidence, failed(2, "kubernetes patch pod serving/a: 429 (retry after 2s)"))
+    assert evidence["pods"] == ["a"]
+    assert evidence["failed_attempts"] == 2
+    assert [r["attempt"] for r in evidence["retries"]] == [1, 2]
+    assert evidence["retries"][1]["failure"].endswith("(retry after 2s)")
+
+
+def test_a_long_outage_keeps_the_first_and_the_latest_failures_and_counts_them_all() -> None:
+    evidence: dict[str, Any] = {}
+    for attempt in range(1, 101):
+        note_retry(evidence, failed(attempt))
+    attempts = [r["attempt"] for r in evidence["retries"]]
+    assert evidence["failed_attempts"] == 100
+    assert attempts == list(range(1, KEEP_FIRST + 1)) + list(range(101 - KEEP_LAST, 101))
+
+
+def test_a_very_long_failure_message_is_cut() -> None:
+    evidence: dict[str, Any] = {}
+    note_retry(evidence, failed(1, "x" * 10_000))
+    assert len(evidence["retries"][0]["failure"]) == 500
