@@ -159,17 +159,25 @@ class WebhookEnvelope(AlertmanagerWebhook):
 
     alerts: list[Any]  # type: ignore[assignment]
 
-    @field_validator("alerts")
-    @classmethod
-    def _bounded(cls, value: list[Any]) -> list[Any]:
-        # Alertmanager's max_alerts is unbounded by default; a sane bound keeps one request
-        # from holding the intake for minutes. Larger groups should set max_alerts.
-        if len(value) > MAX_ALERTS_PER_REQUEST:
-            raise ValueError(f"at most {MAX_ALERTS_PER_REQUEST} alerts per notification")
-        return value
 
-
+# Alertmanager's max_alerts is unbounded by default; past this bound one request would hold
+# the intake for minutes, so the rest of the group is rejected alert by alert (never the
+# whole notification: its first alerts still start the pool's incident).
 MAX_ALERTS_PER_REQUEST = 1000
+
+
+def over_limit(index: int) -> AlertRejected:
+    return AlertRejected(
+        index=index,
+        field=f"alerts.{index}",
+        reason="over_limit",
+        message=(
+            f"only the first {MAX_ALERTS_PER_REQUEST} alerts of a notification are read; "
+            f"set max_alerts <= {MAX_ALERTS_PER_REQUEST} in the webhook receiver"
+        ),
+    )
+
+
 MAX_LABELS_BYTES = 64 * 1024
 
 
