@@ -179,6 +179,7 @@ def over_limit(index: int) -> AlertRejected:
 
 
 MAX_LABELS_BYTES = 64 * 1024
+MAX_POOL_CHARS = 63
 
 
 class AlertRejected(BaseModel):
@@ -286,6 +287,9 @@ def map_alert(
         return reject(mapping.pool[0], "missing_pool", f"no label of {mapping.pool} is set")
     if not _DNS_SUBDOMAIN.match(pool):
         return reject(str(pool_label), "bad_pool", "not a Kubernetes object name")
+    if len(pool) > MAX_POOL_CHARS:
+        # The pool is the Service's name and the `app` label's value: 63 characters at most.
+        return reject(str(pool_label), "bad_pool", f"longer than {MAX_POOL_CHARS} characters")
     pod_label, pod = _first(labels, mapping.pod)
     if pod is not None and not _DNS_SUBDOMAIN.match(pod):
         return reject(str(pod_label), "bad_pod", "not a Kubernetes pod name")
