@@ -118,6 +118,7 @@ class NotifyActivities:
                 skipped_reason="no incident channel webhook configured",
             )
         url = self.url
+        answered: dict[str, Any] = {}
 
         def apply(op_id: str) -> dict[str, Any]:
             # A Slack-style webhook's path is its secret: only the host is ever named.
@@ -129,7 +130,13 @@ class NotifyActivities:
                     headers={"Idempotency-Key": op_id},
                 )
                 response.raise_for_status()
+            answered["status_code"] = response.status_code
             return {"status_code": response.status_code}
+
+        def confirm(op_id: str) -> dict[str, Any] | None:
+            # A webhook has nothing to read back: the receiver's 2xx is the only evidence
+            # there is, and without it the operation would stay `applied` (an orphan).
+            return dict(answered) or None
 
         outcome = run_effect(
             self.runner,
@@ -138,6 +145,7 @@ class NotifyActivities:
             target="webhook/incident-channel",
             intent={"title": input.title, "facts": [f.model_dump() for f in input.facts]},
             apply=apply,
+            confirm=confirm,
         )
         status = outcome.result.get("status_code")
         return NotifyResult(

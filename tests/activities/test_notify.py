@@ -44,6 +44,9 @@ def test_the_lead_time_is_posted_as_a_number_once_per_operation(runner: EffectRu
     assert first.delivered and first.status_code == 200 and first.applied_now
     assert not again.applied_now
     assert len(channel.posts) == 1
+    # The receiver's 2xx confirms the message, so reconciliation finds no orphan.
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and record.state == "confirmed"
     posted = channel.posts[0]
     assert posted.headers["Idempotency-Key"] == op.op_id
     body = json.loads(posted.content)
