@@ -8,7 +8,11 @@ reactions run at real speed. Every other shipped scenario runs with `make drills
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +26,53 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 SPEED = 20.0
 
 
-async def drill(scenario: str, state_dir: Path) -> DrillResult:
-    settings = load_settings(state_dir=state_dir)
+async def drill(scenario: str, state_dir: Path, **settings: Any) -> DrillResult:
+    return (await drill_and_run(scenario, state_dir, **settings))[0]
+
+
+async def drill_and_run(
+    scenario: str, state_dir: Path, **settings: Any
+) -> tuple[DrillResult, Drill]:
     options = DrillOptions(
         scenario=scenario, speed=SPEED, free_ports=True, auto_approve=True, timeout_s=420
     )
-    return await Drill(settings, options).run()
+    run = Drill(load_settings(state_dir=state_dir, **settings), options)
+    return await run.run(), run
+
+
+@contextlib.contextmanager
+def incident_channel() -> Iterator[tuple[int, list[bytes]]]:
+    """A webhook receiver on a free port: (its port, every body posted to it), answered 200."""
+    posts: list[bytes] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            posts.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:  # stderr is not for the test's output
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1]), posts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def files_holding(root: Path, secrets: dict[str, str], allowed: set[str]) -> list[str]:
+    """`path: secret name` for every file under root (but `allowed` names) holding one."""
+    hits = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name not in allowed:
+            data = path.read_bytes()
+            hits += [
+                f"{path.relative_to(root)}: {n}" for n, v in secrets.items() if v.encode() in data
+            ]
+    return hits
 
 
 def report_of(result: DrillResult) -> dict[str, Any]:
@@ -44,7 +89,10 @@ def assert_dead_endpoints_out_and_never_routed_again(result: DrillResult) -> Non
 async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     tmp_path: Path,
 ) -> None:
-    result = await drill("replica-lost", tmp_path)
+    with incident_channel() as (port, posts):
+        # The channel's credentials sit in the URL, as in a Slack-style webhook.
+        hook = f"http://fleet:hook-pass-7f3a@127.0.0.1:{port}/services/T0/hook-path-91c2"
+        result, run = await drill_and_run("replica-lost", tmp_path, notify_webhook_url=hook)
 
     (incident,) = result.incidents
     assert incident.status == "COMPLETED"
@@ -64,6 +112,17 @@ async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     assert report["summary"]["switch_s"] == max(result.time_to_deroute_s.values())
     assert report["summary_table"]["Duplicates"] == "0"
     assert Path(result.report_paths[0]).read_text().count("data:image/png;base64,") == 1
+    # No secret reaches a log, a report, the ledger's or Temporal's files, or the status query.
+    secrets = {
+        "intake token": run.token,
+        "kube token": str(run.fleet.kube_token),
+        "webhook password": "hook-pass-7f3a",
+        "webhook path": "hook-path-91c2",
+    }
+    assert posts, "the incident channel got no message"
+    assert files_holding(run.run_dir, secrets, allowed={"kubeconfig"}) == []
+    statuses = json.dumps([info.get("status") for info in run.incidents.values()], default=str)
+    assert "timeline" in statuses and not [n for n, v in secrets.items() if v in statuses]
     # The worker read the router's per-replica counts from fleetsim's /metrics.
     inflight = [e for e in report["timeline"] if e["step"] == "inflight"][-1]["evidence"]
     assert inflight["counts_available"] is True

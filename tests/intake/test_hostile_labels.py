@@ -12,7 +12,7 @@ import pytest
 from tests.intake.conftest import Intake, alert, notification
 from tests.intake.hostile import HOSTILE
 from worker.alerts import AlertRejected, LabelMapping, MappedFiring, map_alert
-from worker.logsafe import EscapingFormatter, escape_controls
+from worker.logsafe import EscapingFormatter, configure_logging, escape_controls
 
 NAMED = ["namespace", "pool", "pod", "node", "fault"]
 # Pod and node names may be DNS subdomains of up to 253 characters.
@@ -89,3 +89,26 @@ async def test_the_intakes_own_log_of_a_hostile_alert_is_one_line(
     assert any("incident started" in line and "forged line" in line for line in lines)
     assert not any(line.startswith("2026-11-29 03:00:00 ERROR") for line in lines)
     assert not any(line.startswith("forged") for line in lines)
+
+
+def test_a_urls_credentials_are_removed_from_every_message() -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(EscapingFormatter("%(message)s"))
+    logger = logging.getLogger("test.hostile.urls")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.warning("POST %s failed", "https://bot:s3cret@hooks.example/x and postgresql://u:p@db/f")
+    assert out.getvalue() == "POST https://hooks.example/x and postgresql://db/f failed\n"
+
+
+def test_httpx_request_lines_are_not_logged_at_info() -> None:
+    quiet, root = logging.getLogger("httpx"), logging.getLogger()
+    previous, handlers, level = quiet.level, list(root.handlers), root.level
+    try:
+        configure_logging("INFO")
+        assert not quiet.isEnabledFor(logging.INFO) and quiet.isEnabledFor(logging.WARNING)
+    finally:
+        quiet.setLevel(previous)
+        root.handlers[:] = handlers
+        root.setLevel(level)
