@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
@@ -159,16 +159,23 @@ def run_effect(
     non-retryable error raised by `apply` is recorded as failed in the ledger, so it is
     not left behind as an orphan proposal.
     """
-    spec = OperationSpec(
-        op_id=op_id or op.op_id,
-        incident_id=op.incident_id,
-        kind=kind,
-        target=target,
-        intent=intent,
-        compensates=compensates,
-        dry_run=op.dry_run,
-        emergency=emergency,
-    )
+    try:
+        spec = OperationSpec(
+            op_id=op_id or op.op_id,
+            incident_id=op.incident_id,
+            kind=kind,
+            target=target,
+            intent=intent,
+            compensates=compensates,
+            dry_run=op.dry_run,
+            emergency=emergency,
+        )
+    except ValidationError as exc:
+        # A name no Kubernetes object can have: no attempt can succeed, and nothing ran.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise PermanentError(f"{kind} {target!r}: refused before any effect: {problems}") from None
 
     def guarded_apply(applied_op_id: str) -> dict[str, Any]:
         try:

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from fleetsim.faults import FaultError
 from fleetsim.router_metrics import router_registry
-from fleetsim.scenario import Fault, ScenarioError, parse_scenario
+from fleetsim.scenario import Fault, ScenarioError, parse_scenario, safe_yaml
 
 if TYPE_CHECKING:
     from fleetsim.fleet import Fleet
@@ -46,7 +46,7 @@ def _field_errors(err: ValidationError) -> list[str]:
 async def _body(request: Request) -> Any:
     raw = await request.body()
     try:
-        return yaml.safe_load(raw.decode() or "null")
+        return safe_yaml(raw.decode() or "null")
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(f"body is neither JSON nor YAML: {err}") from None
 

@@ -241,6 +241,30 @@ def parse_scenario(data: Any, *, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(source, _describe(err)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error: YAML would keep the last
+    silently, and the first value (often the intended one) would be lost unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_yaml(text: str) -> Any:
+    """yaml.safe_load that refuses duplicate keys (raises yaml.YAMLError)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def load_scenario(ref: str | Path) -> Scenario:
     """Load a scenario by path, or by bundled name (`replica-lost`)."""
     path = Path(ref)
@@ -251,7 +275,11 @@ def load_scenario(ref: str | Path) -> Scenario:
             raise ScenarioError(str(ref), [f"no such file or bundled scenario (bundled: {known})"])
         path = bundled
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError(str(path), [f"unreadable: {err}"]) from None
+    try:
+        data = safe_yaml(text)
     except yaml.YAMLError as err:
         raise ScenarioError(str(path), [f"YAML: {err}"]) from None
     return parse_scenario(data, source=str(path))

@@ -13,6 +13,8 @@ import base64
 import html
 import io
 import json
+import re
+import unicodedata
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -161,13 +163,28 @@ def plot_png(report: IncidentReport) -> bytes | None:
     return buf.getvalue()
 
 
+_MD_PUNCTUATION = re.compile(r"([\\`*_\[\]|~#!])")
+
+
+def _one_line(text: object) -> str:
+    # Line breaks and other control or format characters (bidi overrides) would let a
+    # label rewrite the document's structure or what a reader sees; they become spaces.
+    return "".join(" " if unicodedata.category(c) in ("Cc", "Cf") else c for c in str(text))
+
+
 def _md_cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for Markdown prose or a table cell: HTML-escaped, punctuation escaped."""
+    return _MD_PUNCTUATION.sub(r"\\\1", html.escape(_one_line(text), quote=False))
+
+
+def _md_code(text: object) -> str:
+    """Text inside a `code span`: shown literally, so only what could close it is changed."""
+    return _one_line(text).replace("`", "'").replace("|", "\\|")
 
 
 def render_markdown(report: IncidentReport, plot_file: str | None = None) -> str:
     out = [f"# Incident {_md_cell(report.incident_id)}", ""]
-    out += [f"Pool `{_md_cell(report.namespace)}/{_md_cell(report.pool)}`", ""]
+    out += [f"Pool `{_md_code(report.namespace)}/{_md_code(report.pool)}`", ""]
     out += ["## Summary", "", "| | |", "|---|---|"]
     out += [f"| {k} | {_md_cell(v)} |" for k, v in _summary_rows(report)]
     for note in report.summary.notes:
@@ -197,13 +214,13 @@ def render_markdown(report: IncidentReport, plot_file: str | None = None) -> str
     ]
     for e in report.effects:
         out.append(
-            f"| `{_md_cell(e.op_id)}` | {_md_cell(e.kind)} | {_md_cell(e.target)} | {e.state} | {e.attempts} |"
+            f"| `{_md_code(e.op_id)}` | {_md_cell(e.kind)} | {_md_cell(e.target)} | {e.state} | {e.attempts} |"
         )
     out += ["", "## Reconciliation", ""]
     if not report.findings:
         out.append("No duplicates, no orphans, no drift.")
     for f in report.findings:
-        out.append(f"- **{f.kind}** `{_md_cell(f.op_id)}`: {_md_cell(f.detail)}")
+        out.append(f"- **{_md_cell(f.kind)}** `{_md_code(f.op_id)}`: {_md_cell(f.detail)}")
     return "\n".join(out) + "\n"
 
 
@@ -214,7 +231,9 @@ font-size:13px;vertical-align:top}th{background:#f3f3f3}code{font-size:12px}
 
 
 def render_html(report: IncidentReport) -> str:
-    e = html.escape
+    def e(text: object) -> str:
+        return html.escape(_one_line(text))
+
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>Incident {e(report.incident_id)}</title><style>{_CSS}</style></head><body>",

@@ -159,18 +159,27 @@ class WebhookEnvelope(AlertmanagerWebhook):
 
     alerts: list[Any]  # type: ignore[assignment]
 
-    @field_validator("alerts")
-    @classmethod
-    def _bounded(cls, value: list[Any]) -> list[Any]:
-        # Alertmanager's max_alerts is unbounded by default; a sane bound keeps one request
-        # from holding the intake for minutes. Larger groups should set max_alerts.
-        if len(value) > MAX_ALERTS_PER_REQUEST:
-            raise ValueError(f"at most {MAX_ALERTS_PER_REQUEST} alerts per notification")
-        return value
 
-
+# Alertmanager's max_alerts is unbounded by default; past this bound one request would hold
+# the intake for minutes, so the rest of the group is rejected alert by alert (never the
+# whole notification: its first alerts still start the pool's incident).
 MAX_ALERTS_PER_REQUEST = 1000
+
+
+def over_limit(index: int) -> AlertRejected:
+    return AlertRejected(
+        index=index,
+        field=f"alerts.{index}",
+        reason="over_limit",
+        message=(
+            f"only the first {MAX_ALERTS_PER_REQUEST} alerts of a notification are read; "
+            f"set max_alerts <= {MAX_ALERTS_PER_REQUEST} in the webhook receiver"
+        ),
+    )
+
+
 MAX_LABELS_BYTES = 64 * 1024
+MAX_POOL_CHARS = 63
 
 
 class AlertRejected(BaseModel):
@@ -278,6 +287,9 @@ def map_alert(
         return reject(mapping.pool[0], "missing_pool", f"no label of {mapping.pool} is set")
     if not _DNS_SUBDOMAIN.match(pool):
         return reject(str(pool_label), "bad_pool", "not a Kubernetes object name")
+    if len(pool) > MAX_POOL_CHARS:
+        # The pool is the Service's name and the `app` label's value: 63 characters at most.
+        return reject(str(pool_label), "bad_pool", f"longer than {MAX_POOL_CHARS} characters")
     pod_label, pod = _first(labels, mapping.pod)
     if pod is not None and not _DNS_SUBDOMAIN.match(pod):
         return reject(str(pod_label), "bad_pod", "not a Kubernetes pod name")

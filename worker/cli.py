@@ -61,9 +61,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _configure_logging(s: Settings) -> None:
-    import logging
+    from worker.logsafe import configure_logging
 
-    logging.basicConfig(level=s.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(s.log_level)
 
 
 def _run_operator(coro: Coroutine[Any, Any, None]) -> None:

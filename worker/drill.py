@@ -35,7 +35,7 @@ from fleetsim.control import control_app
 from fleetsim.faults import Alert, InjectedFault
 from fleetsim.fleet import Fleet
 from fleetsim.scenario import Scenario, load_scenario
-from worker.drill_channel import PATH as CHANNEL_PATH, IncidentChannel, Notification
+from worker.drill_channel import IncidentChannel, Notification
 from worker.drill_observe import Observer
 from worker.settings import ENV_PREFIX, Settings
 from worker.stack import Stack
@@ -219,7 +219,7 @@ class Drill:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self.fleet.start()
         host, port = await self.fleet.host.serve("127.0.0.1", 0, self.channel.app())
-        self.channel_url = f"http://{host}:{port}{CHANNEL_PATH}"
+        self.channel_url = f"http://{host}:{port}{self.channel.path}"
         kubeconfig = self.fleet.write_kubeconfig(self.run_dir / "kubeconfig")
         # Closed with the fleet's other listeners in `Fleet.stop`.
         ip, port = await self.fleet.host.serve("127.0.0.1", 0, control_app(self.fleet))

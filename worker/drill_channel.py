@@ -8,6 +8,7 @@ provisioning lead time, a fragmentation diagnosis) for a reviewer or a test to c
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -53,9 +54,18 @@ def notification_of(body: Any) -> Notification:
 class IncidentChannel:
     def __init__(self) -> None:
         self.received: list[Notification] = []
+        # A Slack-style webhook's URL is its credential: the drill's carries one too, so a
+        # drill shows that no log, report or status query leaks it.
+        self.secret = secrets.token_urlsafe(12)
+
+    @property
+    def path(self) -> str:
+        return f"{PATH}/{self.secret}"
 
     def app(self) -> Starlette:
         async def post(request: Request) -> JSONResponse:
+            if request.path_params["secret"] != self.secret:
+                return JSONResponse({"error": "unknown webhook"}, status_code=404)
             try:
                 body = await request.json()
             except ValueError:
@@ -63,4 +73,4 @@ class IncidentChannel:
             self.received.append(notification_of(body))
             return JSONResponse({"ok": True})
 
-        return Starlette(routes=[Route(PATH, post, methods=["POST"])])
+        return Starlette(routes=[Route(PATH + "/{secret}", post, methods=["POST"])])

@@ -58,6 +58,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from worker.alerts import (
+    MAX_ALERTS_PER_REQUEST,
     AlertRejected,
     LabelMapping,
     MappedFiring,
@@ -65,6 +66,7 @@ from worker.alerts import (
     WebhookEnvelope,
     dedupe_key,
     map_alert,
+    over_limit,
 )
 from worker.settings import Settings
 
@@ -522,7 +524,11 @@ async def alertmanager(request: Request) -> Response:
         state.metrics.received.labels(
             status=status if status in ("firing", "resolved") else "invalid"
         ).inc()
-        mapped = map_alert(index, raw_alert, state.mapping, default_dry_run=state.settings.dry_run)
+        mapped = (
+            map_alert(index, raw_alert, state.mapping, default_dry_run=state.settings.dry_run)
+            if index < MAX_ALERTS_PER_REQUEST
+            else over_limit(index)
+        )
         if isinstance(mapped, AlertRejected):
             rejected.append(mapped)
             state.metrics.rejected.labels(reason=mapped.reason).inc()

@@ -203,6 +203,7 @@ def openapi_document() -> dict[str, Any]:
             "/readyz": {
                 "get": {
                     "operationId": "readyz",
+                    "security": _SECURED,
                     "summary": "Temporal answers (readiness): no traffic until it does.",
                     "responses": {
                         "200": {
@@ -219,6 +220,7 @@ def openapi_document() -> dict[str, Any]:
             "/metrics": {
                 "get": {
                     "operationId": "metrics",
+                    "security": _SECURED,
                     "summary": "Prometheus exposition.",
                     "responses": {
                         "200": {

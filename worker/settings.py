@@ -170,6 +170,11 @@ def load_settings(**overrides: object) -> Settings:
             shown = "" if isinstance(got, dict) or field == "" else f" (got {got!r})"
             if "password" in field or "token" in field:
                 shown = ""
+            elif field.endswith("_url") and isinstance(got, str):
+                # A URL's userinfo and query can hold a password: show only where it points.
+                from activities.redact import redact_url
+
+                shown = f" (got {redact_url(got)!r})"
             problems.append(f"{name}: {err['msg']}{shown}")
         raise SettingsError("; ".join(problems)) from None
 

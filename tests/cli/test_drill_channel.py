@@ -20,8 +20,10 @@ async def test_a_posted_notification_keeps_its_title_text_and_numeric_facts() ->
     )
     transport = httpx.ASGITransport(app=channel.app())
     async with httpx.AsyncClient(transport=transport, base_url="http://channel") as http:
-        assert (await http.post(PATH, json=body)).status_code == 200
-        assert (await http.post(PATH, content=b"not json")).status_code == 400
+        assert (await http.post(channel.path, json=body)).status_code == 200
+        assert (await http.post(channel.path, content=b"not json")).status_code == 400
+        # Without the URL's secret the channel takes nothing.
+        assert (await http.post(f"{PATH}/guess", json=body)).status_code == 404
     (received,) = channel.received
     assert received.milestone == "lead-time"
     assert "10 minutes out" in received.title and "600 s" in received.text

@@ -19,6 +19,13 @@ APPLIED = ("applied", "confirmed", "compensated")
 async def run_drill(
     scenario: str, state_dir: Path, *, speed: float = 20.0, **options: Any
 ) -> DrillResult:
+    return (await drill_and_run(scenario, state_dir, speed=speed, **options))[0]
+
+
+async def drill_and_run(
+    scenario: str, state_dir: Path, *, speed: float = 20.0, **options: Any
+) -> tuple[DrillResult, Drill]:
+    """The drill's result and the drill itself (its run directory, tokens and incidents)."""
     settings = load_settings(state_dir=state_dir)
     opts = DrillOptions(
         scenario=scenario,
@@ -28,7 +35,20 @@ async def run_drill(
         timeout_s=options.pop("timeout_s", 420),
         **options,
     )
-    return await Drill(settings, opts).run()
+    run = Drill(settings, opts)
+    return await run.run(), run
+
+
+def files_holding(root: Path, secrets: dict[str, str], allowed: set[str]) -> list[str]:
+    """`path: secret name` for every file under root (but `allowed` names) holding one."""
+    hits = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name not in allowed:
+            data = path.read_bytes()
+            hits += [
+                f"{path.relative_to(root)}: {n}" for n, v in secrets.items() if v.encode() in data
+            ]
+    return hits
 
 
 def reports_of(result: DrillResult) -> list[dict[str, Any]]:

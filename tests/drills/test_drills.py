@@ -8,12 +8,15 @@ reactions run at real speed. The other shipped scenarios are in `test_scenarios.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.drills.checks import (
     assert_dead_endpoints_out_and_never_routed_again,
+    drill_and_run,
+    files_holding,
     assert_report_matches_result,
     reports_of,
     run_drill,
@@ -23,9 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
-    tmp_path: Path,
+    drill_dir: Path,
 ) -> None:
-    result = await run_drill("replica-lost", tmp_path)
+    result, run = await drill_and_run("replica-lost", drill_dir)
 
     (incident,) = result.incidents
     assert incident.status == "COMPLETED"
@@ -44,18 +47,28 @@ async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
     # The report carries the drill's own numbers.
     assert report["summary"]["switch_s"] == max(result.time_to_deroute_s.values())
     assert report["summary_table"]["Duplicates"] == "0"
+    assert_report_matches_result(result)
+    # No secret reaches a log, a report, the ledger's or Temporal's files, or the status query.
+    secrets = {
+        "intake token": run.token,
+        "kube token": str(run.fleet.kube_token),
+        "incident channel's secret": run.channel.secret,
+    }
+    assert run.channel.received, "the incident channel got no message"
+    assert files_holding(run.run_dir, secrets, allowed={"kubeconfig"}) == []
+    statuses = json.dumps([info.get("status") for info in run.incidents.values()], default=str)
+    assert "timeline" in statuses and not [n for n, v in secrets.items() if v in statuses]
     # The worker read the router's per-replica counts from fleetsim's /metrics.
     inflight = [e for e in report["timeline"] if e["step"] == "inflight"][-1]["evidence"]
     assert inflight["counts_available"] is True
     lost = {ref.partition("/")[2] for ref in result.time_to_deroute_s}
     assert set(inflight["per_replica"]) == lost
-    assert_report_matches_result(result)
 
 
 async def test_rack_outage_is_an_outage_and_stops_at_the_blast_radius_until_approved(
-    tmp_path: Path,
+    drill_dir: Path,
 ) -> None:
-    result = await run_drill("rack-outage", tmp_path)
+    result = await run_drill("rack-outage", drill_dir)
 
     (incident,) = result.incidents
     assert incident.severity == "outage"

@@ -46,6 +46,14 @@ def test_a_secret_never_appears_in_the_error(monkeypatch: pytest.MonkeyPatch) ->
     assert "hunter2-secret" not in str(err.value)
 
 
+def test_a_database_password_never_appears_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETMEND_DATABASE_URL", "mysql://fleet:hunter2-secret@db:3306/x?k=v")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert "FLEETMEND_DATABASE_URL" in str(err.value) and "mysql://db:3306/x" in str(err.value)
+    assert "hunter2-secret" not in str(err.value)
+
+
 def test_a_plain_postgresql_url_is_driven_through_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETMEND_DATABASE_URL", "postgresql://u:p@db:5432/fleetmend")
     assert load_settings().database_url == "postgresql+psycopg://u:p@db:5432/fleetmend"
