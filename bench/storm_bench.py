@@ -30,7 +30,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench.fleet_stack import BenchStack, PoolRef, PostResult, group_pools, load_average, percentile
+from bench.fleet_stack import (
+    BenchStack,
+    PoolRef,
+    PostResult,
+    cpu_delta,
+    format_cpu,
+    group_pools,
+    load_average,
+    percentile,
+)
 from bench.storm_plan import Notification, Target, group_payload, rounds_for, storm_plan
 from worker.alerts import dedupe_key
 from workflows.types import SIGNAL_ALERT_RESOLVED, SIGNAL_REPLICA_LOST, AlertResolved, LostReplica
@@ -130,7 +139,9 @@ async def measure(
     plan = storm_plan(
         _targets(bench, refs), total_alerts=alerts, duration_s=seconds, started=datetime.now(UTC)
     )
+    cpu_before = bench.cpu_seconds()
     results, wall = await play(bench, plan)
+    cpu_after = bench.cpu_seconds()
     histories = {
         ref.workflow_id: await recorded_keys(bench.client, ref.workflow_id) for ref in refs
     }
@@ -150,6 +161,7 @@ async def measure(
         "p99_s": percentile(latencies, 99),
         "quiet_p50_s": percentile(quiet, 50),
         "quiet_p99_s": percentile(quiet, 99),
+        "cpu_s_by_process": cpu_delta(cpu_before, cpu_after),
         **account(plan, results, histories),
     }
     figures["incidents_started"] = figures["outcomes"].get("started", 0)
@@ -201,6 +213,8 @@ def print_table(f: dict[str, Any]) -> None:
         f"| alerts lost | {f['alerts_lost']} | 0 | |\n\noutcomes: {f['outcomes']}; "
         f"POSTs retried after a 5xx: {f['retried_posts']}; unanswered: {f['errors'] or 'none'}"
     )
+    cpu = format_cpu(f["cpu_s_by_process"])
+    print(f"CPU used during the storm: {cpu} (PostgreSQL not counted)")
     print(f"\ncorrectness (incidents == pools, lost == 0): {'ok' if ok(f) else 'FAILED'}")
 
 
