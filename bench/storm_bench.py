@@ -79,6 +79,11 @@ async def play(bench: BenchStack, plan: list[Notification]) -> tuple[list[PostRe
     return results, time.perf_counter() - t0
 
 
+async def runs_started(client: Client, workflow_id: str) -> int:
+    """Incident runs Temporal holds for the pool: the truth, whatever the answers said."""
+    return len([w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
+
+
 async def recorded_keys(client: Client, workflow_id: str) -> set[str]:
     """Dedupe keys of every replica_lost and alert_resolved signal in the incident's history."""
     converter = pydantic_data_converter.payload_converter
@@ -145,6 +150,7 @@ async def measure(
     histories = {
         ref.workflow_id: await recorded_keys(bench.client, ref.workflow_id) for ref in refs
     }
+    started = sum([await runs_started(bench.client, ref.workflow_id) for ref in refs])
     for ref in refs:
         await bench.terminate(ref, "benchmark: alert storm over")
     latencies = [r.seconds for r in results]
@@ -164,7 +170,10 @@ async def measure(
         "cpu_s_by_process": cpu_delta(cpu_before, cpu_after),
         **account(plan, results, histories),
     }
-    figures["incidents_started"] = figures["outcomes"].get("started", 0)
+    # A retried POST whose first attempt did start the incident answers "signalled": the
+    # count comes from Temporal, the intake's answers are shown beside it.
+    figures["incidents_started"] = started
+    figures["incidents_started_per_answers"] = figures["outcomes"].get("started", 0)
     return figures
 
 
@@ -208,7 +217,10 @@ def print_table(f: dict[str, Any]) -> None:
         f"{f['alerts_sent'] / f['planned_s']:.0f} offered | "
         f"{f['alerts_per_s_sustained'] / (f['alerts_sent'] / f['planned_s']):.2f} |"
     )
-    print(f"| incidents started | {f['incidents_started']} | {f['pools']} pools | |")
+    print(
+        f"| incidents started (runs in Temporal) | {f['incidents_started']} | "
+        f"{f['pools']} pools | |"
+    )
     print(
         f"| alerts lost | {f['alerts_lost']} | 0 | |\n\noutcomes: {f['outcomes']}; "
         f"POSTs retried after a 5xx: {f['retried_posts']}; unanswered: {f['errors'] or 'none'}"
