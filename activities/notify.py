@@ -125,7 +125,6 @@ class NotifyActivities:
                 skipped_reason="no incident channel webhook configured",
             )
         url = self.url
-        answered: dict[str, Any] = {}
 
         def apply(op_id: str) -> dict[str, Any]:
             # A Slack-style webhook's path is its secret: only the host is ever named.
@@ -137,7 +136,6 @@ class NotifyActivities:
                     headers={"Idempotency-Key": op_id},
                 )
                 response.raise_for_status()
-            answered["status_code"] = response.status_code
             return {"status_code": response.status_code}
 
         outcome = run_effect(

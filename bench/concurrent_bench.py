@@ -24,6 +24,8 @@ from typing import Any
 
 from bench.fleet_stack import (
     BenchStack,
+    cpu_delta,
+    format_cpu,
     group_pools,
     load_average,
     percentile,
@@ -48,9 +50,11 @@ async def measure(bench: BenchStack, incidents: int) -> dict[str, Any]:
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_rss(pid, peak, stop))
     refs = group_pools("concurrent", incidents)
+    cpu_before = bench.cpu_seconds()
     started = time.perf_counter()
     rows = await asyncio.gather(*(bench.time_to_deroute(r, terminate=False) for r in refs))
     all_out_s = time.perf_counter() - started
+    cpu_after = bench.cpu_seconds()
     stop.set()
     await sampler
     memory = proc_memory_kib(pid)
@@ -65,6 +69,8 @@ async def measure(bench: BenchStack, incidents: int) -> dict[str, Any]:
         "worker_rss_idle_mib": idle_kib / 1024,
         "worker_rss_peak_sampled_mib": peak[0] / 1024,
         "worker_vmhwm_mib": memory["VmHWM"] / 1024,
+        # Where the two cores went meanwhile (PostgreSQL's backends are not counted).
+        "cpu_s_by_process": cpu_delta(cpu_before, cpu_after),
     }
     if times and len(times) == incidents:
         out["all_derouted_s"] = max(times)
@@ -98,9 +104,8 @@ def print_table(f: dict[str, Any]) -> None:
         ratio = f.get("ratio_all_to_solo")
         print(
             f"| time until all {f['incidents']} derouted | {f['all_derouted_s']:.2f} s | "
-            f"{solo:.2f} s (one incident alone) | {ratio:.1f} |"
-            if solo and ratio
-            else f"| time until all derouted | {f['all_derouted_s']:.2f} s | - | - |"
+            f"{f'{solo:.2f} s' if solo else '-'} (one incident alone) | "
+            f"{f'{ratio:.1f}' if ratio else '-'} |"
         )
         print(f"| per-incident p50 / p99 | {f['p50_s']:.2f} s / {f['p99_s']:.2f} s | | |")
     idle = f["worker_rss_idle_mib"]
@@ -110,6 +115,8 @@ def print_table(f: dict[str, Any]) -> None:
         f"{f['worker_rss_peak_sampled_mib'] / idle:.2f} |"
     )
     print(f"| worker VmHWM (kernel's peak) | {f['worker_vmhwm_mib']:.0f} MiB | | |")
+    cpu = format_cpu(f["cpu_s_by_process"])
+    print(f"\nCPU used meanwhile: {cpu}")
     if f["not_derouted"]:
         print(f"\nNOT derouted: {', '.join(f['not_derouted'])}")
 

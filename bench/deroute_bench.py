@@ -31,6 +31,8 @@ from bench.fleet_stack import (
     DEROUTE_TIMEOUT_S,
     BenchStack,
     PoolRef,
+    cpu_delta,
+    format_cpu,
     group_pools,
     load_average,
     percentile,
@@ -134,9 +136,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     async with BenchStack.open("bench-deroute", groups, workdir) as bench:
         figures: dict[str, Any] = {"load_average_at_start": load_average(), **bench.timings}
         floor = await measure_floor(bench, group_pools("floor", 1)[0], args.floor_samples)
+        cpu_before = bench.cpu_seconds()
         incidents = await measure_incidents(
             bench, group_pools("deroute", args.incidents), args.interval
         )
+        cpu_after = bench.cpu_seconds()
+        figures["cpu_s_by_process"] = cpu_delta(cpu_before, cpu_after)
         figures |= summarise(floor, incidents)
         figures["phases_median_s"] = await where_the_time_goes(bench, incidents)
         figures["interval_s"] = args.interval
@@ -168,6 +173,8 @@ def print_table(f: dict[str, Any]) -> None:
         )
     if f["not_derouted"]:
         print(f"NOT derouted within {DEROUTE_TIMEOUT_S:.0f} s: {', '.join(f['not_derouted'])}")
+    cpu = format_cpu(f["cpu_s_by_process"])
+    print(f"\nCPU used during the incidents: {cpu} (PostgreSQL not counted)")
     if f["phases_median_s"]:
         print("\nwhere the time goes (median per incident, from the Temporal histories):\n")
         print("| phase | median ms |")

@@ -113,6 +113,21 @@ def proc_memory_kib(pid: int) -> dict[str, int]:
     return out
 
 
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    # utime and stime are fields 14 and 15 of stat(5); the split starts at field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before[name] for name in before}
+
+
+def format_cpu(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in cpu.items())
+
+
 class ReadySetWatch:
     """When each watched pod left its pool's ready set, on `time.perf_counter()`.
 
@@ -199,6 +214,16 @@ class BenchStack:
     def worker_pid(self) -> int:
         assert self.drill.stack is not None
         return next(c.process.pid for c in self.drill.stack.children if c.name == "worker")
+
+    def process_pids(self) -> dict[str, int]:
+        """This process (fleetsim and the benchmark itself) and the stack's children."""
+        assert self.drill.stack is not None
+        pids = {"fleetsim + bench": os.getpid()}
+        pids |= {c.name: c.process.pid for c in self.drill.stack.children}
+        return pids
+
+    def cpu_seconds(self) -> dict[str, float]:
+        return {name: proc_cpu_seconds(pid) for name, pid in self.process_pids().items()}
 
     @property
     def database_url(self) -> str:

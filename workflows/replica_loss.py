@@ -147,6 +147,7 @@ RAMP_DISABLED = (
     "disabled by the incident's options: a replacement takes an equal share the moment "
     "it is ready (the runbook's baseline)"
 )
+PATCH_RATES_AFTER_DEROUTE = "rates-after-deroute"
 
 SA_ID = SearchAttributeKey.for_keyword("IncidentId")
 SA_NAMESPACE = SearchAttributeKey.for_keyword("IncidentNamespace")
@@ -187,6 +188,7 @@ class ReplicaLossWorkflow:
             )
         self._entry: TimelineEntry | None = None
         self._step_task: asyncio.Task[None] | None = None
+        self._rates_after_deroute = False
 
     # ------------------------------------------------------------------ messages
 
@@ -372,14 +374,19 @@ class ReplicaLossWorkflow:
             **ASSESS_OPTIONS,
         )
         s.assessed_losses = assessed
-        rates = await workflow.execute_activity_method(
-            MetricsActivities.read_replica_rates,
-            # A short window: the dead endpoint is still routed while this runs, and a lost
-            # replica counts as the survivors' average whatever the window's noise.
-            RatesInput(targets=result.survivors, interval_s=ASSESS_RATE_WINDOW_S),
-            **READ_RATES_OPTIONS,
-        )
-        measured = {r.pod: r.requests_per_s for r in rates.replicas}
+        measured: dict[str, float | None] = {}
+        # A lost replica is never measured and counts as the survivors' average, so the
+        # share of capacity the deroute takes out is lost/pool whatever the survivors'
+        # rates: incidents from this patch on decide it from the counts and read the rates
+        # once the endpoint is out, instead of a second's window while it is still routed.
+        self._rates_after_deroute = workflow.patched(PATCH_RATES_AFTER_DEROUTE)
+        if not self._rates_after_deroute:
+            rates = await workflow.execute_activity_method(
+                MetricsActivities.read_replica_rates,
+                RatesInput(targets=result.survivors, interval_s=ASSESS_RATE_WINDOW_S),
+                **READ_RATES_OPTIONS,
+            )
+            measured = {r.pod: r.requests_per_s for r in rates.replicas}
         replicas = [*result.lost_replicas, *(p.name for p in result.survivors)]
         s.facts = Facts(
             pool_size=result.pool_size,
@@ -477,6 +484,21 @@ class ReplicaLossWorkflow:
             )
             if not result.confirmed and not s.dry_run:
                 await self._force_endpoint_out(pod, still=routing.still_routable.get(pod, ""))
+        if self._rates_after_deroute:
+            await self._measure_survivors()
+
+    async def _measure_survivors(self) -> None:
+        """The survivors' measured rates, for the record, once the dead endpoints are out."""
+        s = self.state
+        survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
+        rates = await workflow.execute_activity_method(
+            MetricsActivities.read_replica_rates,
+            RatesInput(targets=survivors, interval_s=ASSESS_RATE_WINDOW_S),
+            **READ_RATES_OPTIONS,
+        )
+        measured = {r.pod: r.requests_per_s for r in rates.replicas}
+        s.facts.capacity = serving_capacity(list(s.facts.capacity), measured)
+        self._evidence(capacity_measured_after_deroute=s.facts.capacity)
 
     async def _force_endpoint_out(self, pod: str, still: str) -> None:
         """The last resort of the deroute step, only with an operator's approval."""

@@ -47,6 +47,14 @@ async def test_a_lost_replica_is_derouted_replaced_by_a_warm_spare_and_shedding_
     assert fleet.shed_tier == 0
     assert all(count == 1 for count in fleet.applied.values())
     assert status.step == "closed"
+    # Nothing waits on a measuring window before the dead endpoint is out; the blast
+    # radius is still decided in capacity (one of eight: 12.5%).
+    called = [name for name, _ in fleet.calls]
+    assert "read_replica_rates" not in called[: called.index("deroute_replica")]
+    decision = next(e for e in status.timeline if e.step == "blast-radius")
+    assert decision.evidence["capacity_out_after"] == 0.125
+    measured = [e for e in status.timeline if "capacity_measured_after_deroute" in e.evidence]
+    assert [e.step for e in measured] == ["deroute"]
 
 
 async def test_losses_of_one_pool_join_one_incident_repeats_are_ignored_and_a_resolved_alert_is_only_recorded(
