@@ -76,8 +76,8 @@ def lead_time_announced_as_a_number(result: DrillResult, reports: list[dict[str,
     assert announced, [n.milestone for n in result.notifications]
     seconds = announced[0].fact("provisioning lead time")
     assert isinstance(seconds, int | float)
-    # Observed from the pool's own past startups: the scenario's weight load.
-    assert load_s * 0.9 <= seconds <= load_s * 1.1
+    # Observed from the pool's own past startups, each of which loaded the weights first.
+    assert seconds >= load_s
     assert f"{seconds / 60:.0f} minutes" in announced[0].title
 
 
