@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
-    tmp_path: Path,
+    drill_dir: Path,
 ) -> None:
-    result = await run_drill("replica-lost", tmp_path)
+    result = await run_drill("replica-lost", drill_dir)
 
     (incident,) = result.incidents
     assert incident.status == "COMPLETED"
@@ -48,9 +48,9 @@ async def test_replica_lost_recovers_exactly_once_and_restores_the_warm_floor(
 
 
 async def test_rack_outage_is_an_outage_and_stops_at_the_blast_radius_until_approved(
-    tmp_path: Path,
+    drill_dir: Path,
 ) -> None:
-    result = await run_drill("rack-outage", tmp_path)
+    result = await run_drill("rack-outage", drill_dir)
 
     (incident,) = result.incidents
     assert incident.severity == "outage"

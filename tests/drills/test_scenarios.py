@@ -144,10 +144,10 @@ SCENARIOS: dict[str, Expected] = {
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 async def test_a_shipped_scenario_recovers_as_its_runbook_says(
-    scenario: str, tmp_path: Path
+    scenario: str, drill_dir: Path
 ) -> None:
     expected = SCENARIOS[scenario]
-    result = await run_drill(scenario, tmp_path)
+    result = await run_drill(scenario, drill_dir)
 
     assert result.incidents
     for incident in result.incidents:
