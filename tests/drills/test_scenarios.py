@@ -24,6 +24,7 @@ from tests.drills.checks import (
     assert_exactly_once,
     assert_report_matches_result,
     assert_shedding_removed_only_with_the_warm_floor_back,
+    failed_checks,
     reports_of,
     run_drill,
     timeline,
@@ -150,12 +151,12 @@ async def test_a_shipped_scenario_recovers_as_its_runbook_says(
     result = await run_drill(scenario, drill_dir)
 
     assert result.incidents
-    for incident in result.incidents:
+    reports = reports_of(result)
+    for incident, report in zip(result.incidents, reports, strict=True):
         assert incident.status == "COMPLETED"
-        assert incident.outcome == expected.outcome, incident.notes
+        assert incident.outcome == expected.outcome, failed_checks(report)
     assert_dead_endpoints_out_and_never_routed_again(result)
     assert_exactly_once(result)
-    reports = reports_of(result)
     removed = [
         assert_shedding_removed_only_with_the_warm_floor_back(incident, report)
         for incident, report in zip(result.incidents, reports, strict=True)
