@@ -114,6 +114,16 @@ def the_replacement_is_seen_stuck_on_its_image(
     assert ramp["evidence"]["stuck"]
 
 
+def assert_ramp_kept_the_measures(outcome: str, expected: str, report: dict[str, Any]) -> None:
+    """The one other outcome a recovery may have: verified, but the ramp stopped short of a
+    new replica's full share because its TTFT p99 neared the SLO (on a shared 2-core machine
+    a wall-clock stall is 20 fleet seconds of queueing at 20x), and said so."""
+    assert (expected, outcome) == ("recovered", "recovered-measures-kept"), failed_checks(report)
+    assert not failed_checks(report)
+    (ramp,) = timeline(report, "ramp")[-1:]
+    assert ramp["evidence"]["completed"] is False or ramp["evidence"]["held_back"], ramp
+
+
 SCENARIOS: dict[str, Expected] = {
     "node-lost": Expected(specific=[node_alert_fires_after_not_ready]),
     "rank-lost": Expected(specific=[the_group_leaves_by_its_leader]),
@@ -154,7 +164,8 @@ async def test_a_shipped_scenario_recovers_as_its_runbook_says(
     reports = reports_of(result)
     for incident, report in zip(result.incidents, reports, strict=True):
         assert incident.status == "COMPLETED"
-        assert incident.outcome == expected.outcome, failed_checks(report)
+        if incident.outcome != expected.outcome:
+            assert_ramp_kept_the_measures(incident.outcome, expected.outcome, report)
     assert_dead_endpoints_out_and_never_routed_again(result)
     assert_exactly_once(result)
     removed = [
