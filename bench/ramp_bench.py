@@ -57,6 +57,13 @@ async def run(ramp: bool, speed: float, state_dir: Path) -> dict[str, Any]:
         "late_on_new": sum(counters.late_by_pod.get(p, 0) for p in new),
         "peak_wait_new_s": max((counters.max_wait_by_pod.get(p, 0.0) for p in new), default=0.0),
         "outcome": [i.outcome for i in result.incidents],
+        # A step that did not end "done" (or a gate's decision), for a reader of the table.
+        "steps": [
+            f"{s.step}: {s.outcome}"
+            for i in result.incidents
+            for s in i.steps
+            if s.outcome not in ("done", "live", "passed")
+        ],
         "wall_s": result.wall_s,
         "report": result.report_paths[0] if result.report_paths else None,
     }
@@ -89,9 +96,10 @@ def main(argv: list[str]) -> int:
         for policy in ("ramp_on_measured_rate", "equal_on_ready")
     }
     runs = []
-    with tempfile.TemporaryDirectory(prefix="ramp-bench-") as tmp:
-        for ramp in (True, False):
-            runs.append(asyncio.run(run(ramp, args.speed, Path(tmp) / str(ramp))))
+    # Kept after the run: each drill's reports and logs are the evidence behind the table.
+    state = Path(tempfile.mkdtemp(prefix="fleetmend-ramp-bench-"))
+    for ramp in (True, False):
+        runs.append(asyncio.run(run(ramp, args.speed, state / ("ramp" if ramp else "no-ramp"))))
     print(f"{SCENARIO} at {args.speed:g}x, runbook parameters (fluid model = ramp_back.py)")
     print(
         f"{'policy':<26}{'late':>6}{'late on new':>13}{'peak wait new':>15}"
@@ -107,8 +115,11 @@ def main(argv: list[str]) -> int:
         )
     for r in runs:
         print(
-            f"  ramp={r['ramp']}: outcome {r['outcome']}, {r['wall_s']} s wall, new {r['new_replicas']}"
+            f"  ramp={r['ramp']}: outcome {r['outcome']}, {r['wall_s']} s wall, "
+            f"new {r['new_replicas']}, report {r['report']}"
         )
+        for step in r["steps"]:
+            print(f"    {step}")
     ramped, equal = runs
     return 0 if ramped["late"] == 0 and equal["late"] > 0 else 1
 

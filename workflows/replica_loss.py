@@ -919,15 +919,23 @@ class ReplicaLossWorkflow:
                 if x.isdigit()
             ]
             # No compensation: a failed node stays cordoned until it passes qualification.
-            result = await self._act(
-                "triage",
-                node,
-                TriageActivities.triage_node,
-                functools.partial(
-                    TriageInput, node=node, serving_namespaces=[s.namespace], known_xids=known
-                ),
-                TRIAGE_OPTIONS,
-            )
+            try:
+                result = await self._act(
+                    "triage",
+                    node,
+                    TriageActivities.triage_node,
+                    functools.partial(
+                        TriageInput, node=node, serving_namespaces=[s.namespace], known_xids=known
+                    ),
+                    TRIAGE_OPTIONS,
+                )
+            except ActivityError as err:
+                # The node serves again (the controller placed the replacement of an evicted
+                # pod on it): triage refuses, and that is no reason to undo the recovery.
+                if _refused(err) and workflow.patched("triage-refusal-skips-the-node"):
+                    self._note("triage", "skipped: the node serves again", {"node": node})
+                    continue
+                raise
             s.triaged_nodes.append(node)
             self._evidence(
                 **{
@@ -1513,6 +1521,12 @@ class ReplicaLossWorkflow:
 
 async def _as_coroutine(method: Callable[[], Awaitable[None]]) -> None:
     await method()
+
+
+def _refused(err: BaseException) -> bool:
+    """The activity declined on purpose (activities.errors.RefusedError), not failed."""
+    cause = err.__cause__
+    return isinstance(cause, ApplicationError) and cause.type == "RefusedError"
 
 
 def _cause(err: BaseException) -> str:

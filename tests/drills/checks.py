@@ -62,6 +62,13 @@ def timeline(report: dict[str, Any], step: str) -> list[dict[str, Any]]:
     return [e for e in report["timeline"] if e["step"] == step]
 
 
+def failed_checks(report: dict[str, Any]) -> dict[str, Any]:
+    """The verification checks that failed last, with their evidence (a failure's message)."""
+    verify = timeline(report, "verify")
+    checks = verify[-1]["evidence"].get("checks", {}) if verify else {}
+    return {name: c for name, c in checks.items() if not c.get("passed")}
+
+
 def assert_dead_endpoints_out_and_never_routed_again(result: DrillResult) -> None:
     assert result.time_to_deroute_s, "the drill lost no replica"
     missing = [pod for pod, s in result.time_to_deroute_s.items() if s is None]

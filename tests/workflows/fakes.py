@@ -137,6 +137,8 @@ class Fleet:
     # Per pod, TTFT p99 of successive probes; a pod absent answers 0.4 s.
     probe_ttft: dict[str, list[float]] = field(default_factory=dict)
     fail: Callable[[str, BaseModel], bool] = lambda name, request: False
+    # Activities that decline on purpose (RefusedError), e.g. triage of a node that serves.
+    refuse: Callable[[str, BaseModel], bool] = lambda name, request: False
     # Observability of the fake itself.
     applied: Counter[str] = field(default_factory=Counter)
     calls: list[tuple[str, str | None]] = field(default_factory=list)
@@ -189,6 +191,8 @@ class Fleet:
             raise ApplicationError(
                 f"injected failure in {name}", type="PermanentError", non_retryable=True
             )
+        if self.refuse(name, request):
+            raise ApplicationError(f"{name} refused", type="RefusedError", non_retryable=True)
 
     def _effect(self, name: str, request: Any, apply: Callable[[], BaseModel]) -> Any:
         """The ledger's contract: an op id is applied at most once; dry run records intent."""

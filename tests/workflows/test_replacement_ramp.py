@@ -97,3 +97,24 @@ async def test_a_replacement_that_cannot_pull_its_image_is_not_waited_for(
     assert ramp.evidence["still_loading"] == []
     # Asked once: a pull that fails does not succeed by polling until the gate timeout.
     assert [name for name, _ in fleet.calls].count("find_replacements") == 2
+
+
+async def test_triage_refused_because_the_node_serves_again_skips_it_and_recovers(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    # The controller put the evicted pod's replacement on the same node, which serves again.
+    fleet.pods[replacement] = Pod(node=fleet.pods[dead].node, weight=None)
+    fleet.replacements[replacement] = True
+    fleet.refuse = lambda name, request: name == "triage_node"
+    async with running_worker(ts_env.client, task_queue, fleet):
+        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
+        result = await handle.result()
+        status = await status_of(handle)
+    assert [e.outcome for e in status.timeline if e.step == "triage"][-1] == (
+        "skipped: the node serves again"
+    )
+    assert result.outcome in ("recovered", "recovered-measures-kept")
+    assert result.compensated == 0
