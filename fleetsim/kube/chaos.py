@@ -251,17 +251,22 @@ class Chaos:
     ) -> None:
         self._clock = clock
         self._sleep = sleep or self._hold
-        self._released = asyncio.Event()
+        # Made on the serving loop by the first hang; a stopped server's hangs all end.
+        self._released: asyncio.Event | None = None
         self.windows: list[Window] = []
         self.mutations = MutationLog()
 
     async def _hold(self, seconds: float) -> None:
+        if self._released is None:
+            self._released = asyncio.Event()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._released.wait(), timeout=seconds)
 
     def release(self) -> None:
         """End every hang now (the server is stopping); call on the server's loop."""
-        self._released.set()
+        if self._released is not None:
+            self._released.set()
+            self._released = None
 
     def open(self, fault: ApiFault) -> Window:
         now = self._clock()

@@ -2,8 +2,9 @@
 
 `kube-api-faults.yaml` loses one replica in each of three pools while that pool's
 namespace gets 30 s (wall) of one sickness: 500s, 429s with Retry-After 3 s, and timeouts
-whose mutations are applied before the answer is lost. Every verb is hit, so the
-assessment, the deroute and the protection steps all meet the window. The drill runs the
+whose mutations are applied before the answer is lost. Changes are refused and reads
+pass, so the incident's first mutating step, the deroute, meets the window and retries
+through it (the protection step's patch too, when it comes in time). The drill runs the
 real stack (embedded PostgreSQL, Temporal dev server, worker and intake processes) with
 the fleet 20x faster than the wall clock. fleetsim counts every mutating request itself,
 so "applied once" is the API server's word, not the ledger's.
@@ -11,6 +12,7 @@ so "applied once" is the API server's word, not the ledger's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -44,8 +46,6 @@ def retries(timeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def drill_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[DrillResult, Drill]:
-    import asyncio
-
     settings = load_settings(state_dir=tmp_path_factory.mktemp("kube-api-faults"))
     options = DrillOptions(
         scenario=str(SCENARIO), speed=20, free_ports=True, auto_approve=True, timeout_s=420

@@ -5,6 +5,7 @@ timeline entry: what the worker reports (`worker/attempts.py`) and how the entry
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -12,10 +13,12 @@ import pytest
 from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.worker import Worker
 
 from activities.errors import PermanentError, TemporaryError
-from worker.attempts import attempt_report, is_last_attempt, will_retry
+from tests.workflows.attempts_sample import RetriedThenDone, flaky_patch
+from worker.attempts import AttemptReporter, attempt_report, is_last_attempt, will_retry
 from workflows.retries import KEEP_FIRST, KEEP_LAST, note_retry
 from workflows.types import AttemptFailed
 
@@ -99,3 +102,29 @@ def test_a_very_long_failure_message_is_cut() -> None:
     evidence: dict[str, Any] = {}
     note_retry(evidence, failed(1, "x" * 10_000))
     assert len(evidence["retries"][0]["failure"]) == 500
+
+
+async def test_the_worker_signals_each_failed_attempt_to_its_workflow_before_the_retry(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    task_queue = f"tq-{uuid.uuid4()}"
+    reporter = AttemptReporter(ts_env.client, workflow_types=frozenset({"RetriedThenDone"}))
+    async with Worker(
+        ts_env.client,
+        task_queue=task_queue,
+        workflows=[RetriedThenDone],
+        activities=[flaky_patch],
+        interceptors=[reporter],
+    ):
+        reports = await ts_env.client.execute_workflow(
+            RetriedThenDone.run,
+            2,
+            id=f"retried-{uuid.uuid4()}",
+            task_queue=task_queue,
+            result_type=list[AttemptFailed],
+        )
+    assert [(r.activity, r.attempt, r.retry_in_s, r.final) for r in reports] == [
+        ("flaky_patch", 1, 2.0, False),
+        ("flaky_patch", 2, 2.0, False),
+    ]
+    assert reports[1].failure.endswith("429 Too Many Requests (attempt 2)")
