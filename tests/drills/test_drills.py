@@ -15,9 +15,9 @@ import pytest
 
 from tests.drills.checks import (
     assert_dead_endpoints_out_and_never_routed_again,
+    assert_report_matches_result,
     drill_and_run,
     files_holding,
-    assert_report_matches_result,
     reports_of,
     run_drill,
 )
