@@ -10,6 +10,10 @@ its dotted path, and a fault aimed at something that is not there gets 409.
     GET  /alerts              alerts fired so far, Alertmanager's POST shape
     POST /faults              a fault (JSON or YAML body), e.g. {"kind": "fake-alive", ...}
     POST /scenarios/validate  a scenario (YAML or JSON body): 200 or 422 naming fields
+    GET  /mutations           mutating Kubernetes API requests, by object and by op-id stamp
+    GET  /mutations/holds     the holds set and the request each one holds
+    POST /mutations/holds     {"op_id_contains": "...", "method": "PATCH"}: hold the next match
+    DELETE /mutations/holds/{id}  release it: the held request then takes effect
 """
 
 from __future__ import annotations
@@ -95,8 +99,44 @@ def control_app(fleet: Fleet) -> Starlette:
             return JSONResponse({"errors": err.problems}, status_code=422)
         return JSONResponse({"name": scenario.name, "faults": len(scenario.faults)})
 
+    mutations = fleet.kube_server.mutations
+
+    async def mutation_counts(request: Request) -> JSONResponse:
+        return JSONResponse(mutations.summary())
+
+    async def holds(request: Request) -> JSONResponse:
+        return JSONResponse([h.describe() for h in mutations.holds()])
+
+    async def add_hold(request: Request) -> JSONResponse:
+        try:
+            data = await _body(request)
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=400)
+        if not isinstance(data, dict) or not isinstance(data.get("op_id_contains"), str):
+            return JSONResponse({"errors": ["op_id_contains: required, a string"]}, status_code=422)
+        method = data.get("method")
+        try:
+            hold = mutations.hold(
+                data["op_id_contains"], method=method if isinstance(method, str) else None
+            )
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=422)
+        return JSONResponse(hold.describe(), status_code=201)
+
+    async def release_hold(request: Request) -> JSONResponse:
+        raw = request.path_params["hold_id"]
+        try:
+            hold = mutations.release(int(raw))
+        except (KeyError, ValueError):
+            return JSONResponse({"errors": [f"no hold {raw!r}"]}, status_code=404)
+        return JSONResponse(hold.describe())
+
     return Starlette(
         routes=[
+            Route("/mutations", mutation_counts, methods=["GET"]),
+            Route("/mutations/holds", holds, methods=["GET"]),
+            Route("/mutations/holds", add_hold, methods=["POST"]),
+            Route("/mutations/holds/{hold_id}", release_hold, methods=["DELETE"]),
             Route("/counters", counters, methods=["GET"]),
             Route("/alerts", alerts, methods=["GET"]),
             Route("/faults", faults, methods=["POST"]),

@@ -13,7 +13,8 @@ and cluster-wide, with the `status` and `scale` subresources and pod `eviction`.
 A GET whose Accept header asks for `as=Table` gets a meta.k8s.io Table. `?watch=1`
 streams newline-delimited watch events. Every failure is a `Status` body with the
 code a real API server uses, and an exception in a handler is a 500 Status, never
-a dead server.
+a dead server. Every mutating request that took effect is counted in `mutations`
+(`fleetsim/kube/mutations.py`), where a test can also hold one.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ from fleetsim.kube.errors import (
     conflict,
     invalid,
     not_found,
+)
+from fleetsim.kube.mutations import (
+    MUTATING_METHODS,
+    Mutation,
+    MutationLog,
+    object_key,
+    stamped_op_id,
 )
 from fleetsim.kube.resources import Resource, lookup
 from fleetsim.kube.selectors import FieldSelector, LabelSelector, parse_fields, parse_labels
@@ -98,6 +106,14 @@ def _scope(t: Target) -> Scope:
     return "main" if "status" in t.res.subresources else "all"
 
 
+def _object_name(t: Target, body: Any) -> str | None:
+    # A create names its object in the body, not the URL.
+    if t.name is not None or not isinstance(body, dict):
+        return t.name
+    name = (body.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
 def _wants_table(request: Request) -> bool:
     # kubectl lists Table first and plain JSON as the fallback; any client that
     # accepts a Table at all gets one, as the real server prefers the first match.
@@ -133,10 +149,13 @@ def _scale(obj: Obj, res: Resource) -> Obj:
 class Api:
     """Request handling, separate from routing so it can be read top to bottom."""
 
-    def __init__(self, cluster: Cluster, *, token: str | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, *, token: str | None = None, mutations: MutationLog | None = None
+    ) -> None:
         self.cluster = cluster
         self.store: Store = cluster.store
         self.token = token
+        self.mutations = mutations if mutations is not None else MutationLog()
         self._closing = asyncio.Event()
         self._watch_queues: set[asyncio.Queue[Event | None]] = set()
 
@@ -235,6 +254,28 @@ class Api:
                 raise NotFound(_NOT_FOUND)
             return _json(doc)
         target = self._target(group, version, parts)
+        if request.method not in MUTATING_METHODS or request.query_params.get("dryRun"):
+            return await self._dispatch(request, target)
+        body = await self._body_or_none(request)
+        mutation = Mutation(
+            request.method,
+            object_key(target.res.plural, target.namespace, _object_name(target, body), target.sub),
+            stamped_op_id(body),
+        )
+        await self.mutations.wait_if_held(mutation)
+        response = await self._dispatch(request, target)
+        if response.status_code < 400:
+            self.mutations.record(mutation)
+        return response
+
+    async def _body_or_none(self, request: Request) -> Any:
+        # Counting never fails a request: a bad body gets its 400 from the verb itself.
+        try:
+            return await self._body(request)
+        except BadRequest:
+            return None
+
+    async def _dispatch(self, request: Request, target: Target) -> Response:
         method = request.method
         if target.name is None:
             if method == "GET":
@@ -579,8 +620,10 @@ class Api:
             queue.put_nowait(None)
 
 
-def build_app(cluster: Cluster, *, token: str | None = None) -> Starlette:
-    api = Api(cluster, token=token)
+def build_app(
+    cluster: Cluster, *, token: str | None = None, mutations: MutationLog | None = None
+) -> Starlette:
+    api = Api(cluster, token=token, mutations=mutations)
     app = Starlette(routes=api.routes())
     app.state.api = api
     return app
@@ -618,6 +661,11 @@ class KubeServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def mutations(self) -> MutationLog:
+        """Every mutating request that took effect, and the holds a test set."""
+        return self._api.mutations
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
