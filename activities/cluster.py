@@ -21,9 +21,11 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import (
+    MUTATING_HEARTBEAT_S,
     Check,
     EffectRunnerLike,
     MutatingInput,
+    MutatingResult,
     PodRef,
     activity_options,
     heartbeat,
@@ -176,7 +178,7 @@ class DerouteInput(MutatingInput):
     confirm_timeout_s: float = 60.0
 
 
-class DerouteResult(BaseModel):
+class DerouteResult(MutatingResult):
     pods: list[str]
     group: str | None = None
     label_removed: str
@@ -187,7 +189,9 @@ class DerouteResult(BaseModel):
     controller_selector: dict[str, str] = Field(default_factory=dict)
 
 
-DEROUTE_OPTIONS = activity_options(start_to_close=120, heartbeat=20, max_attempts=10)
+DEROUTE_OPTIONS = activity_options(
+    start_to_close=120, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RestoreRoutingInput(MutatingInput):
@@ -197,13 +201,15 @@ class RestoreRoutingInput(MutatingInput):
     pods: list[str]
 
 
-class RestoreRoutingResult(BaseModel):
+class RestoreRoutingResult(MutatingResult):
     pods: list[str]
     missing: list[str] = Field(default_factory=list)
     applied_now: bool
 
 
-RESTORE_ROUTING_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+RESTORE_ROUTING_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class ForceDeleteInput(MutatingInput):
@@ -216,14 +222,16 @@ class ForceDeleteInput(MutatingInput):
     uid: str | None = None
 
 
-class ForceDeleteResult(BaseModel):
+class ForceDeleteResult(MutatingResult):
     pod: str
     deleted: bool
     applied_now: bool
     approved_by: str
 
 
-FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=5)
+FORCE_DELETE_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=5
+)
 
 # ---------------------------------------------------------------------------- warm capacity
 
@@ -241,14 +249,16 @@ class PromoteWarmInput(MutatingInput):
     weight: int = 100
 
 
-class PromoteWarmResult(BaseModel):
+class PromoteWarmResult(MutatingResult):
     promoted: list[PodRef]
     skipped: dict[str, str] = Field(default_factory=dict)
     mode: str
     applied_now: bool
 
 
-PROMOTE_WARM_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+PROMOTE_WARM_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class DemoteWarmInput(MutatingInput):
@@ -259,12 +269,14 @@ class DemoteWarmInput(MutatingInput):
     mode: Literal["label", "weight"] = "label"
 
 
-class DemoteWarmResult(BaseModel):
+class DemoteWarmResult(MutatingResult):
     pods: list[str]
     applied_now: bool
 
 
-DEMOTE_WARM_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+DEMOTE_WARM_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class ScaleInput(MutatingInput):
@@ -274,7 +286,7 @@ class ScaleInput(MutatingInput):
     replicas: int
 
 
-class ScaleResult(BaseModel):
+class ScaleResult(MutatingResult):
     kind: str
     name: str
     previous_replicas: int
@@ -282,7 +294,7 @@ class ScaleResult(BaseModel):
     applied_now: bool
 
 
-SCALE_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+SCALE_OPTIONS = activity_options(start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10)
 
 
 class WarmWorkloadInput(BaseModel):
@@ -350,14 +362,16 @@ class CordonInput(MutatingInput):
     mark_unqualified: bool = True
 
 
-class CordonResult(BaseModel):
+class CordonResult(MutatingResult):
     node: str
     unschedulable: bool
     qualified_label: str | None
     applied_now: bool
 
 
-CORDON_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+CORDON_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class UncordonInput(MutatingInput):
@@ -366,13 +380,15 @@ class UncordonInput(MutatingInput):
     keep_unqualified: bool = True
 
 
-class UncordonResult(BaseModel):
+class UncordonResult(MutatingResult):
     node: str
     unschedulable: bool
     applied_now: bool
 
 
-UNCORDON_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+UNCORDON_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RelocateInput(MutatingInput):
@@ -383,7 +399,7 @@ class RelocateInput(MutatingInput):
     wait_rescheduled_s: float = 120.0
 
 
-class RelocateResult(BaseModel):
+class RelocateResult(MutatingResult):
     pod: str
     wrong_node: str
     replacement: str | None
@@ -392,7 +408,9 @@ class RelocateResult(BaseModel):
     applied_now: bool
 
 
-RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=5)
+RELOCATE_OPTIONS = activity_options(
+    start_to_close=300, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=5
+)
 
 # ---------------------------------------------------------------------------- verify
 

@@ -25,7 +25,14 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
+from activities.common import (
+    MUTATING_HEARTBEAT_S,
+    EffectRunnerLike,
+    MutatingInput,
+    MutatingResult,
+    activity_options,
+    run_effect,
+)
 from activities.config import ActivitySettings
 from activities.errors import RefusedError, TemporaryError, k8s_call
 from activities.metrics import scrape
@@ -110,7 +117,7 @@ class ShedTierInput(MutatingInput):
     retry_after_s: int = 10
 
 
-class ShedTierResult(BaseModel):
+class ShedTierResult(MutatingResult):
     decision: TierDecision
     previous: TierSpec
     applied: TierSpec
@@ -118,7 +125,9 @@ class ShedTierResult(BaseModel):
     applied_now: bool
 
 
-SHED_TIER_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+SHED_TIER_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RestoreShedTierInput(MutatingInput):
@@ -134,13 +143,15 @@ class RestoreShedTierInput(MutatingInput):
     compensates: str | None = None
 
 
-class RestoreShedTierResult(BaseModel):
+class RestoreShedTierResult(MutatingResult):
     previous: TierSpec
     applied: TierSpec
     applied_now: bool
 
 
-RESTORE_SHED_TIER_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+RESTORE_SHED_TIER_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class InflightCounts(BaseModel):
@@ -154,7 +165,7 @@ class RetryContractInput(MutatingInput):
     lost_pods: list[str]
 
 
-class RetryContractResult(BaseModel):
+class RetryContractResult(MutatingResult):
     policy: str
     per_replica: dict[str, InflightCounts]
     total_retried: int
@@ -165,7 +176,9 @@ class RetryContractResult(BaseModel):
     applied_now: bool
 
 
-RETRY_CONTRACT_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+RETRY_CONTRACT_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RouterWeightsInput(MutatingInput):
@@ -174,13 +187,15 @@ class RouterWeightsInput(MutatingInput):
     weights: dict[str, int]
 
 
-class RouterWeightsResult(BaseModel):
+class RouterWeightsResult(MutatingResult):
     previous: dict[str, int | None]
     applied: dict[str, int]
     applied_now: bool
 
 
-ROUTER_WEIGHTS_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+ROUTER_WEIGHTS_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 def tier_spec(

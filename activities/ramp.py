@@ -17,8 +17,10 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import (
+    MUTATING_HEARTBEAT_S,
     EffectRunnerLike,
     MutatingInput,
+    MutatingResult,
     PodRef,
     activity_options,
     heartbeat,
@@ -55,7 +57,7 @@ class RampInput(MutatingInput):
     max_back_offs: int = 3
 
 
-class RampResult(BaseModel):
+class RampResult(MutatingResult):
     completed: bool
     steps: list[RampStepRecord]
     final_weights: dict[str, int]
@@ -163,7 +165,7 @@ def plan_ramp_step(
 
 
 RAMP_OPTIONS = activity_options(
-    start_to_close=3600, heartbeat=120, max_attempts=3, schedule_to_close=7200
+    start_to_close=3600, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=3, schedule_to_close=7200
 )
 
 
