@@ -1434,8 +1434,10 @@ class ClusterActivities:
         """Route to warm replicas of exactly this model and revision."""
         s = self.s
         selector = self._exact_warm_selector(input.pool, input.model, input.revision)
+        applied_here: list[bool] = []
 
         def apply(op_id: str) -> dict[str, Any]:
+            applied_here.append(True)
             nodes = self._nodes()
             candidates = sorted(
                 self._list_pods(input.namespace, selector), key=lambda p: p.metadata.name
@@ -1477,9 +1479,15 @@ class ClusterActivities:
                 for p in self._list_pods(input.namespace, selector)
                 if _annotations(p).get(s.op_annotation) == op_id
             ]
+            if not stamped and not applied_here:
+                # Asked before applying (a retry): an earlier attempt may have died before
+                # its first write, so "nothing stamped" is not evidence; apply decides.
+                return None
             if any(_labels(p).get(s.router_label) != s.router_label_value for p in stamped):
                 return None
-            return {"routed": sorted(p.metadata.name for p in stamped)}
+            names = sorted(p.metadata.name for p in stamped)
+            # A retry that finds the earlier attempt's promotions reports them as promoted.
+            return {"routed": names, "promoted": names}
 
         outcome = run_effect(
             self.runner,

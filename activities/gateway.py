@@ -465,6 +465,8 @@ class AnnotationGateway:
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None:
         s = self.s
         for name, weight in sorted(weights.items()):
+            if self._weight_stamped(namespace, name, weight, op_id):
+                continue  # an earlier attempt of this operation wrote it already
             body = {
                 "metadata": {
                     "annotations": {
@@ -480,6 +482,21 @@ class AnnotationGateway:
                     name, namespace, body, _request_timeout=s.kubernetes_timeout_s
                 ),
             )
+
+    def _weight_stamped(self, namespace: str, name: str, weight: int | None, op_id: str) -> bool:
+        pod = k8s_call(
+            "get",
+            f"pod {namespace}/{name}",
+            lambda: self.core.read_namespaced_pod(
+                name, namespace, _request_timeout=self.s.kubernetes_timeout_s
+            ),
+        )
+        notes = (pod.metadata.annotations if pod.metadata else None) or {}
+        wanted = None if weight is None else str(weight)
+        return bool(
+            notes.get(self.s.op_annotation) == op_id
+            and notes.get(self.s.router_weight_annotation) == wanted
+        )
 
 
 class GatewayActivities:
@@ -506,6 +523,11 @@ class GatewayActivities:
     def apply_shed_tier(self, input: ShedTierInput) -> ShedTierResult:
         """Choose the tier from the survivors' pressure and apply it (never loosening)."""
         current, readable = self._current(input.namespace, input.pool, input.last_known_level)
+        if current.op_id == input.op_id:
+            # An earlier attempt of this very operation wrote the store and died before the
+            # ledger heard of it: what stood before is the level the workflow last knew. The
+            # ledger then finds the tier in place and records it without writing again.
+            current = tier_spec(input.last_known_level)
         floor = max(current.level, input.last_known_level)
         decision = choose_tier(
             input.pressure,

@@ -22,7 +22,6 @@ from tests.fleetsim.conftest import small
 
 from .conftest import NS, llm_template
 
-
 POD = {
     "metadata": {"name": "p0", "labels": {"app": "llm", "serving": "true"}},
     "spec": llm_template(1)["spec"],

@@ -1,0 +1,187 @@
+"""A retry after the worker died between its Kubernetes write and the ledger's record.
+
+The write took effect, the ledger still shows the operation proposed by an attempt that
+never came back. The retry must find the earlier write by its op-id stamp, record it, and
+report what it did, without writing again (writes counted by fleetsim's API server).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.cluster import ClusterActivities, PromoteWarmInput
+from activities.config import ActivitySettings
+from activities.effects import EffectResult, EffectRunner, OperationSpec
+from activities.gateway import (
+    TIER_MODEL_FALLBACK,
+    TIER_NONE,
+    AnnotationGateway,
+    GatewayActivities,
+    PressureSummary,
+    ShedTierInput,
+)
+from activities.ramp import RampActivities, RampInput
+
+from .conftest import MODEL, NS, POOL, REV, FleetHandle, Kube, build_pool, scenario
+from .test_ramp import _cold_replacement as cold_replacement
+
+
+class WorkerDied(BaseException):
+    """The process ended right after the write (SIGKILL): nothing below it ran."""
+
+
+class DiesAfterWriting:
+    """An EffectRunner whose worker dies once `apply` has written, before the ledger records."""
+
+    def __init__(self, runner: EffectRunner) -> None:
+        self.ledger = runner.ledger
+        self._runner = runner
+
+    def run(
+        self,
+        spec: OperationSpec,
+        apply: Callable[[str], Mapping[str, Any] | None],
+        confirm: Callable[[str], Mapping[str, Any] | None] | None = None,
+    ) -> EffectResult:
+        def apply_then_die(op_id: str) -> Mapping[str, Any] | None:
+            apply(op_id)
+            raise WorkerDied
+
+        return self._runner.run(spec, apply_then_die, confirm)
+
+
+def test_a_retried_promotion_reports_the_spare_the_dead_attempt_promoted(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=2, warm=1, nodes_per_rack=3)
+    op = PromoteWarmInput(
+        op_id="i/promote-warm/llm",
+        incident_id="i",
+        namespace=NS,
+        pool=POOL,
+        model=MODEL,
+        revision=REV,
+        count=1,
+    )
+    with pytest.raises(WorkerDied):
+        ActivityEnvironment().run(
+            ClusterActivities(kube.api, DiesAfterWriting(runner), settings).promote_warm, op
+        )
+    written = kube.server.mutations.writes(op.op_id)
+    assert written == 1
+
+    retry = ActivityEnvironment().run(
+        ClusterActivities(kube.api, runner, settings).promote_warm, op
+    )
+
+    assert len(retry.promoted) == 1 and not retry.applied_now
+    assert kube.server.mutations.writes(op.op_id) == written
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and (record.state, record.attempts) == ("confirmed", 2)
+
+
+def test_a_retried_promotion_whose_dead_attempt_wrote_nothing_promotes_now(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=2, warm=1, nodes_per_rack=3)
+    op = PromoteWarmInput(
+        op_id="i/promote-warm/llm",
+        incident_id="i",
+        namespace=NS,
+        pool=POOL,
+        model=MODEL,
+        revision=REV,
+        count=1,
+    )
+    runner.ledger.lease = 0.0  # the dead attempt's claim has run out
+    acts = ClusterActivities(kube.api, runner, settings)
+    with pytest.raises(WorkerDied):
+        runner.ledger.run_once(
+            OperationSpec(
+                op_id=op.op_id,
+                incident_id="i",
+                kind="promote-warm",
+                target=f"{NS}/service/{POOL}",
+                intent={
+                    "selector": acts._exact_warm_selector(POOL, MODEL, REV),
+                    "count": 1,
+                    "mode": "label",
+                    "weight": None,
+                },
+            ),
+            lambda _: (_ for _ in ()).throw(WorkerDied()),
+        )
+
+    retry = ActivityEnvironment().run(acts.promote_warm, op)
+
+    assert len(retry.promoted) == 1 and retry.applied_now
+    assert kube.server.mutations.writes(op.op_id) == 1
+
+
+def test_a_retried_shed_tier_records_the_dead_attempts_tier_and_the_tier_before_it(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=0))
+    gateway = AnnotationGateway(handle.api, ActivitySettings())
+    op = ShedTierInput(
+        op_id="i/protect/shed-tier",
+        incident_id="i",
+        namespace=NS,
+        pool=POOL,
+        pressure=PressureSummary(healthy_replicas=3, max_kv_cache_usage=0.97, lost_fraction=0.25),
+        max_level=TIER_MODEL_FALLBACK,
+    )
+    with pytest.raises(WorkerDied):
+        ActivityEnvironment().run(
+            GatewayActivities(gateway, DiesAfterWriting(runner)).apply_shed_tier, op
+        )
+    mutations = handle.fleet.kube_server.mutations
+    assert mutations.writes(op.op_id) == 1
+
+    retry = ActivityEnvironment().run(GatewayActivities(gateway, runner).apply_shed_tier, op)
+
+    assert retry.applied.level == TIER_MODEL_FALLBACK and not retry.applied_now
+    # What stood before is what the roll-back restores: not the dead attempt's tier.
+    assert retry.previous.level == TIER_NONE
+    assert mutations.writes(op.op_id) == 1
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and record.state == "confirmed"
+
+
+def test_a_retried_ramp_writes_the_step_it_had_planned_and_no_pod_twice(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
+    new, warm = cold_replacement(handle)
+    op = RampInput(
+        op_id="i/ramp",
+        incident_id="i",
+        namespace=NS,
+        warm_replicas=[handle.ref(p) for p in warm],
+        new_replicas=[handle.ref(new)],
+        warmed_pods=[new["metadata"]["name"]],
+        steps=2,
+        step_interval_s=0.3,
+    )
+    beats: list[dict[str, Any]] = []
+    dead = ActivityEnvironment()
+    dead.on_heartbeat = lambda *details: beats.append(details[0])
+    gateway = AnnotationGateway(handle.api)
+    with pytest.raises(WorkerDied):
+        dead.run(RampActivities(gateway, handle.http, DiesAfterWriting(runner)).ramp_traffic, op)
+    planned = beats[-1]["pending"]
+    assert planned is not None and planned["index"] == 1
+
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, heartbeat_details=[beats[-1]])
+    resumed = retry.run(RampActivities(gateway, handle.http, runner).ramp_traffic, op)
+
+    assert resumed.steps[0].weights == planned["weights"]
+    writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
+    step_one = {k: n for k, n in writes.items() if k.startswith("i/ramp/step-1 ")}
+    assert len(step_one) == len(planned["weights"]) and set(step_one.values()) == {1}
