@@ -1,0 +1,80 @@
+"""Process faults on a running local stack: SIGKILL a child, restart Temporal or PostgreSQL.
+
+Used by the fault-injection tests (`tests/faults/`) on the stack a drill started
+(`worker/stack.py`). Each function leaves the stack as `Stack.stop()` expects it: a killed
+child is taken out of `children` at once (so nothing mistakes it for a crash of its own),
+and a restarted component is the same program on the same state: the worker and the
+intake with the same environment, Temporal on the same SQLite file and port, PostgreSQL on
+the same data directory (whose socket, and so whose URL, does not change).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from worker.stack import Child, Stack, StackError
+
+_RESTARTABLE = ("worker", "intake")
+
+
+def child(stack: Stack, name: str) -> Child:
+    found = [c for c in stack.children if c.name == name]
+    if not found:
+        raise StackError(f"no {name} in this stack (children: {[c.name for c in stack.children]})")
+    return found[-1]
+
+
+def kill(stack: Stack, name: str) -> int:
+    """SIGKILL the child `name` (no cleanup, no graceful shutdown); returns its pid."""
+    victim = child(stack, name)
+    victim.stop(signal.SIGKILL, grace_s=30)
+    stack.children.remove(victim)
+    return victim.process.pid
+
+
+def respawn(stack: Stack, name: str) -> int:
+    """Start the worker or the intake again, as the stack first did; returns its pid."""
+    if name not in _RESTARTABLE:
+        raise StackError(f"only {' and '.join(_RESTARTABLE)} can be respawned, not {name!r}")
+    stack._spawn(name, [name])
+    return child(stack, name).process.pid
+
+
+def stop_temporal(stack: Stack, *, grace_s: float = 15.0) -> None:
+    """Stop the Temporal dev server (SIGINT, as Ctrl-C); its SQLite file stays."""
+    temporal = child(stack, "temporal")
+    temporal.stop(signal.SIGINT, grace_s)
+    stack.children.remove(temporal)
+
+
+def start_temporal(stack: Stack) -> None:
+    """Start the dev server again on the same SQLite file and port; wait until it answers.
+
+    Blocking, with its own event loop: from a running loop, call it with asyncio.to_thread.
+    """
+    # _start_temporal waits for the newest child to answer, so it must be appended last.
+    stack._start_temporal(lambda _: None)
+
+
+def restart_postgres(stack: Stack, *, down_s: float = 0.0) -> float:
+    """Stop the embedded PostgreSQL, keep it down `down_s`, start it on the same data dir.
+
+    Returns the seconds it was down. The URL is checked unchanged: the worker and the
+    intake keep theirs and must reconnect by themselves.
+    """
+    if stack._postgres is None:
+        raise StackError("this stack uses FLEETMEND_DATABASE_URL: its PostgreSQL is not ours")
+    from worker.postgres import EmbeddedPostgres, start_embedded
+
+    server = stack._postgres
+    assert isinstance(server, EmbeddedPostgres)
+    url = stack.database_url
+    stopped = time.monotonic()
+    server.stop()
+    time.sleep(down_s)
+    restarted = start_embedded(server.datadir, database=server.database)
+    stack._postgres = restarted
+    if restarted.url != url:
+        raise StackError(f"PostgreSQL came back at {restarted.url}, not {url}")
+    return time.monotonic() - stopped
