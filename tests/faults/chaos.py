@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsim.kube.mutations import Hold
 from worker import stack_faults
@@ -140,11 +141,12 @@ class ChaosDrill(Drill):
         return {"temporal_down_s": round(up - down, 2), "alert": error, "refused": refused}
 
     async def _post_resolved_alert(self) -> tuple[int, str | None]:
-        """Alertmanager's resolved notification for the first lost pod, resent as it would.
+        """Alertmanager's resolved notification for the first lost pod, resent while refused.
 
-        Alertmanager keeps retrying a notification the receiver refused with a 5xx (with
-        backoff, until the next group interval); this retries every half second for a
-        minute. Returns how many attempts were refused, and the last error if none passed.
+        Alertmanager keeps resending a notification the receiver refused with a 5xx until
+        the next group interval; `Drill._post` is one round of that, repeated here. Returns
+        how many requests the intake refused for want of Temporal, and the last error if
+        the notification never got through.
         """
         firing = next(
             a for fault in self.fleet.injected for a in fault.alerts if a.labels.get("pod")
@@ -152,25 +154,22 @@ class ChaosDrill(Drill):
         payload = webhook_payload([firing.to_alertmanager()])
         payload["status"] = payload["alerts"][0]["status"] = "resolved"
         payload["alerts"][0]["endsAt"] = payload["alerts"][0]["startsAt"]
-        assert self.stack is not None
-        refused, error = 0, None
-        deadline = time.monotonic() + 60
         async with httpx.AsyncClient(timeout=10.0) as http:
-            while time.monotonic() < deadline:
-                try:
-                    resp = await http.post(
-                        f"{self.stack.intake_url}/alertmanager",
-                        json=payload,
-                        headers={"Authorization": f"Bearer {self.token}"},
-                    )
-                except httpx.HTTPError as exc:
-                    error = type(exc).__name__
-                else:
-                    if resp.status_code < 300:
-                        return refused, None
-                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                    if resp.status_code < 500:
-                        return refused, error
-                refused += 1
-                await asyncio.sleep(0.5)
-        return refused, error
+            before = await self._refused_for_temporal(http)
+            error: str | None = None
+            for _ in range(4):
+                error = await self._post(http, payload)
+                if error is None or error.startswith("HTTP 4"):
+                    break
+            return await self._refused_for_temporal(http) - before, error
+
+    async def _refused_for_temporal(self, http: httpx.AsyncClient) -> int:
+        assert self.stack is not None
+        resp = await http.get(
+            f"{self.stack.intake_url}/metrics", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        resp.raise_for_status()
+        for family in text_string_to_metric_families(resp.text):
+            if family.name == "fleetmend_intake_temporal_unavailable":
+                return int(sum(x.value for x in family.samples if x.name.endswith("_total")))
+        return 0
