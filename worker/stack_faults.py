@@ -53,8 +53,10 @@ def start_temporal(stack: Stack) -> None:
 
     Blocking, with its own event loop: from a running loop, call it with asyncio.to_thread.
     """
-    # _start_temporal waits for the newest child to answer, so it must be appended last.
+    # _start_temporal waits for the newest child to answer, so it must be appended last;
+    # then it goes back first, so that Stack.stop stops it after the worker and intake.
     stack._start_temporal(lambda _: None)
+    stack.children.insert(0, stack.children.pop())
 
 
 def restart_postgres(stack: Stack, *, down_s: float = 0.0) -> float:
