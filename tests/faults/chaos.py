@@ -20,6 +20,7 @@ Effects are counted by fleetsim, never by the ledger under test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,6 +96,16 @@ class ChaosDrill(Drill):
             # goes on without the rest of the plan, and the tests report why.
             self.chaos_error = f"{type(exc).__name__}: {exc}"
             self._release_all()
+            await self._give_up_on_incidents()
+
+    async def _give_up_on_incidents(self) -> None:
+        # The fault left the stack broken: end the incidents so the drill, and the tests
+        # reading chaos_error, finish now rather than at the drill's timeout.
+        assert self.client is not None
+        for workflow_id in self.incidents:
+            with contextlib.suppress(Exception):
+                handle = self.client.get_workflow_handle(workflow_id)
+                await handle.terminate(reason=f"fault injection failed: {self.chaos_error}")
 
     async def _strike_each(self) -> None:
         mutations = self.fleet.kube_server.mutations

@@ -52,7 +52,7 @@ class Run:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     options = DrillOptions(
-        scenario="replica-lost", speed=SPEED, free_ports=True, auto_approve=True, timeout_s=600
+        scenario="replica-lost", speed=SPEED, free_ports=True, auto_approve=True, timeout_s=420
     )
     state_dir = tmp_path_factory.mktemp("faults")
     drill = ChaosDrill(load_settings(state_dir=state_dir), options, plan=PLAN)
