@@ -318,6 +318,21 @@ class Gateway(Protocol):
 
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None: ...
 
+    def read_stamps(self, namespace: str, pods: list[str]) -> dict[str, str | None]: ...
+
+
+def weights_written_by(
+    gateway: Gateway, namespace: str, pods: list[str], op_id: str
+) -> dict[str, Any] | None:
+    """Confirmation of a ramp step: every pod carries its op id; evidence is what they hold.
+
+    The stamp, not the planned numbers: a step retried after its worker died may hold
+    weights from two plans (each pod written once), and that is what was applied.
+    """
+    if any(stamp != op_id for stamp in gateway.read_stamps(namespace, pods).values()):
+        return None
+    return {"weights": gateway.read_weights(namespace, pods)}
+
 
 def weights_visible(
     gateway: Gateway, namespace: str, weights: Mapping[str, int | None], _op_id: str
@@ -464,9 +479,12 @@ class AnnotationGateway:
 
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None:
         s = self.s
+        stamps = self.read_stamps(namespace, sorted(weights))
         for name, weight in sorted(weights.items()):
-            if self._weight_stamped(namespace, name, weight, op_id):
-                continue  # an earlier attempt of this operation wrote it already
+            if stamps[name] == op_id:
+                # An earlier attempt of this operation wrote this pod before it died: one
+                # write per pod per operation, even if the retry planned another weight.
+                continue
             body = {
                 "metadata": {
                     "annotations": {
@@ -483,20 +501,20 @@ class AnnotationGateway:
                 ),
             )
 
-    def _weight_stamped(self, namespace: str, name: str, weight: int | None, op_id: str) -> bool:
-        pod = k8s_call(
-            "get",
-            f"pod {namespace}/{name}",
-            lambda: self.core.read_namespaced_pod(
-                name, namespace, _request_timeout=self.s.kubernetes_timeout_s
-            ),
-        )
-        notes = (pod.metadata.annotations if pod.metadata else None) or {}
-        wanted = None if weight is None else str(weight)
-        return bool(
-            notes.get(self.s.op_annotation) == op_id
-            and notes.get(self.s.router_weight_annotation) == wanted
-        )
+    def read_stamps(self, namespace: str, pods: list[str]) -> dict[str, str | None]:
+        """The op id of the last change fleetmend made to each pod, if any."""
+        out: dict[str, str | None] = {}
+        for name in pods:
+            pod = k8s_call(
+                "get",
+                f"pod {namespace}/{name}",
+                lambda name=name: self.core.read_namespaced_pod(  # type: ignore[misc]
+                    name, namespace, _request_timeout=self.s.kubernetes_timeout_s
+                ),
+            )
+            notes = (pod.metadata.annotations if pod.metadata else None) or {}
+            out[name] = notes.get(self.s.op_annotation)
+        return out
 
 
 class GatewayActivities:

@@ -26,7 +26,7 @@ from activities.common import (
     heartbeat,
     run_effect,
 )
-from activities.gateway import Gateway, weights_visible
+from activities.gateway import Gateway, weights_written_by
 from activities.metrics import request_rate, sample_window, ttft_p99
 
 RampAction = Literal["advance", "hold", "back-off", "not-warmed"]
@@ -242,6 +242,10 @@ class RampActivities:
                 # of weights, whatever the survivors measure now.
                 record = RampStepRecord.model_validate(pending)
                 outcome = self._write_step(input, pods, record)
+                written = outcome.result.get("weights")
+                if outcome.confirmed and isinstance(written, dict):
+                    record.weights = {p: int(w) for p, w in written.items() if w is not None}
+                weights = record.weights
                 applied_any = applied_any or outcome.applied_now
                 records.append(record)
                 pending = None
@@ -342,7 +346,7 @@ class RampActivities:
             intent={"ramp_step": record.index},
             apply=functools.partial(self._write, input.namespace, record.weights),
             confirm=functools.partial(
-                weights_visible, self.gateway, input.namespace, dict(record.weights)
+                weights_written_by, self.gateway, input.namespace, sorted(record.weights)
             ),
             op_id=f"{input.op_id}/step-{record.index}",
         )

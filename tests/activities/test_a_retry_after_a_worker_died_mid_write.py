@@ -185,3 +185,47 @@ def test_a_retried_ramp_writes_the_step_it_had_planned_and_no_pod_twice(
     writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
     step_one = {k: n for k, n in writes.items() if k.startswith("i/ramp/step-1 ")}
     assert len(step_one) == len(planned["weights"]) and set(step_one.values()) == {1}
+
+
+def test_a_ramp_step_half_written_by_a_dead_attempt_is_finished_with_one_write_per_pod(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=8, warm_rate=16))
+    new, warm = cold_replacement(handle)
+    pods = sorted(p["metadata"]["name"] for p in [*warm, new])
+    op = RampInput(
+        op_id="i/ramp",
+        incident_id="i",
+        namespace=NS,
+        warm_replicas=[handle.ref(p) for p in warm],
+        new_replicas=[handle.ref(new)],
+        warmed_pods=[new["metadata"]["name"]],
+        steps=1,
+        step_interval_s=0.3,
+    )
+    gateway = AnnotationGateway(handle.api)
+    # The dead attempt planned step 1, wrote its first pod, and its heartbeat never left.
+    gateway.write_weights(NS, {pods[0]: 77}, "i/ramp/step-1")
+    with pytest.raises(WorkerDied):
+        runner.ledger.run_once(
+            OperationSpec(
+                op_id="i/ramp/step-1",
+                incident_id="i",
+                kind="router-weights",
+                target=f"{NS}/pod/{pods[0]}",
+                intent={"ramp_step": 1},
+            ),
+            lambda _: (_ for _ in ()).throw(WorkerDied()),
+        )
+
+    result = ActivityEnvironment().run(
+        RampActivities(gateway, handle.http, runner).ramp_traffic, op
+    )
+
+    writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
+    step_one = {k: n for k, n in writes.items() if k.startswith("i/ramp/step-1 ")}
+    assert len(step_one) == len(pods) and set(step_one.values()) == {1}
+    # The step is what landed: the dead attempt's weight on its pod, the retry's elsewhere.
+    assert result.steps[0].weights[pods[0]] == 77
+    record = runner.ledger.get("i/ramp/step-1")
+    assert record is not None and (record.state, record.attempts) == ("confirmed", 2)
