@@ -458,8 +458,8 @@ class AnnotationGateway:
                     setattr(out[pod], attr, getattr(out[pod], attr) + int(value))
         return out
 
-    def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]:
-        out: dict[str, int | None] = {}
+    def _pod_annotations(self, namespace: str, pods: list[str], key: str) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
         for name in pods:
             pod = k8s_call(
                 "get",
@@ -468,11 +468,15 @@ class AnnotationGateway:
                     name, namespace, _request_timeout=self.s.kubernetes_timeout_s
                 ),
             )
-            raw = ((pod.metadata.annotations if pod.metadata else None) or {}).get(
-                self.s.router_weight_annotation
-            )
+            out[name] = ((pod.metadata.annotations if pod.metadata else None) or {}).get(key)
+        return out
+
+    def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        raw = self._pod_annotations(namespace, pods, self.s.router_weight_annotation)
+        for name, value in raw.items():
             try:
-                out[name] = None if raw is None else round(float(raw))
+                out[name] = None if value is None else round(float(value))
             except ValueError:
                 out[name] = None
         return out
@@ -503,18 +507,7 @@ class AnnotationGateway:
 
     def read_stamps(self, namespace: str, pods: list[str]) -> dict[str, str | None]:
         """The op id of the last change fleetmend made to each pod, if any."""
-        out: dict[str, str | None] = {}
-        for name in pods:
-            pod = k8s_call(
-                "get",
-                f"pod {namespace}/{name}",
-                lambda name=name: self.core.read_namespaced_pod(  # type: ignore[misc]
-                    name, namespace, _request_timeout=self.s.kubernetes_timeout_s
-                ),
-            )
-            notes = (pod.metadata.annotations if pod.metadata else None) or {}
-            out[name] = notes.get(self.s.op_annotation)
-        return out
+        return self._pod_annotations(namespace, pods, self.s.op_annotation)
 
 
 class GatewayActivities:

@@ -25,10 +25,10 @@ from activities.gateway import (
     PressureSummary,
     ShedTierInput,
 )
-from activities.ramp import RampActivities, RampInput
+from activities.ramp import RampActivities
 
 from .conftest import MODEL, NS, POOL, REV, FleetHandle, Kube, build_pool, scenario
-from .test_ramp import _cold_replacement as cold_replacement
+from .test_ramp import _cold_replacement as cold_replacement, ramp_input
 
 
 class WorkerDied(BaseException):
@@ -158,16 +158,7 @@ def test_a_retried_ramp_writes_the_step_it_had_planned_and_no_pod_twice(
 ) -> None:
     handle = fleet_factory(scenario(rate=8, warm_rate=16))
     new, warm = cold_replacement(handle)
-    op = RampInput(
-        op_id="i/ramp",
-        incident_id="i",
-        namespace=NS,
-        warm_replicas=[handle.ref(p) for p in warm],
-        new_replicas=[handle.ref(new)],
-        warmed_pods=[new["metadata"]["name"]],
-        steps=2,
-        step_interval_s=0.3,
-    )
+    op = ramp_input(handle, new, warm, steps=2)
     beats: list[dict[str, Any]] = []
     dead = ActivityEnvironment()
     dead.on_heartbeat = lambda *details: beats.append(details[0])
@@ -193,16 +184,7 @@ def test_a_ramp_step_half_written_by_a_dead_attempt_is_finished_with_one_write_p
     handle = fleet_factory(scenario(rate=8, warm_rate=16))
     new, warm = cold_replacement(handle)
     pods = sorted(p["metadata"]["name"] for p in [*warm, new])
-    op = RampInput(
-        op_id="i/ramp",
-        incident_id="i",
-        namespace=NS,
-        warm_replicas=[handle.ref(p) for p in warm],
-        new_replicas=[handle.ref(new)],
-        warmed_pods=[new["metadata"]["name"]],
-        steps=1,
-        step_interval_s=0.3,
-    )
+    op = ramp_input(handle, new, warm, steps=1)
     gateway = AnnotationGateway(handle.api)
     # The dead attempt planned step 1, wrote its first pod, and its heartbeat never left.
     gateway.write_weights(NS, {pods[0]: 77}, "i/ramp/step-1")
