@@ -1621,24 +1621,36 @@ class ClusterActivities:
                 lws["metadata"].get("annotations") or {}
             )
 
+        previous_key = "fleetmend.io/previous-replicas"
+
+        def recorded_previous(op_id: str, notes: dict[str, str], current: int) -> int | None:
+            # The size before this operation, stamped beside its op id by its first write.
+            if notes.get(s.op_annotation) != op_id:
+                return None
+            return int(notes.get(previous_key, current))
+
         def apply(op_id: str) -> dict[str, Any]:
             current, notes = read_replicas()
-            previous_key = "fleetmend.io/previous-replicas"
-            if notes.get(s.op_annotation) == op_id and current == input.replicas:
-                return {"previous": int(notes.get(previous_key, current)), "replicas": current}
+            previous = recorded_previous(op_id, notes, current)
+            if previous is not None and current == input.replicas:
+                return {"previous": previous, "replicas": current}
             stamp = {
                 "metadata": {"annotations": {s.op_annotation: op_id, previous_key: str(current)}}
             }
             body = {"spec": {"replicas": input.replicas}}
+            # An attempt that died between the stamp and the scale left the stamp: one write
+            # per object per operation, and the size it recorded is the one to undo to.
+            stamped = previous is not None
             if input.kind == "Deployment":
-                self._call(
-                    "patch",
-                    obj,
-                    self.apps.patch_namespaced_deployment,
-                    input.name,
-                    input.namespace,
-                    stamp,
-                )
+                if not stamped:
+                    self._call(
+                        "patch",
+                        obj,
+                        self.apps.patch_namespaced_deployment,
+                        input.name,
+                        input.namespace,
+                        stamp,
+                    )
                 self._call(
                     "patch",
                     f"{obj}/scale",
@@ -1648,17 +1660,18 @@ class ClusterActivities:
                     body,
                 )
             else:
-                self._call(
-                    "patch",
-                    obj,
-                    self.custom.patch_namespaced_custom_object,
-                    LWS_GROUP,
-                    LWS_VERSION,
-                    input.namespace,
-                    LWS_PLURAL,
-                    input.name,
-                    stamp,
-                )
+                if not stamped:
+                    self._call(
+                        "patch",
+                        obj,
+                        self.custom.patch_namespaced_custom_object,
+                        LWS_GROUP,
+                        LWS_VERSION,
+                        input.namespace,
+                        LWS_PLURAL,
+                        input.name,
+                        stamp,
+                    )
                 self._call(
                     "patch",
                     f"{obj}/scale",
@@ -1670,11 +1683,17 @@ class ClusterActivities:
                     input.name,
                     body,
                 )
-            return {"previous": current, "replicas": input.replicas}
+            return {
+                "previous": current if previous is None else previous,
+                "replicas": input.replicas,
+            }
 
         def confirm(op_id: str) -> dict[str, Any] | None:
-            current, _ = read_replicas()
-            return {"replicas": current} if current == input.replicas else None
+            current, notes = read_replicas()
+            if current != input.replicas:
+                return None
+            previous = recorded_previous(op_id, notes, current)
+            return {"replicas": current} | ({} if previous is None else {"previous": previous})
 
         kind = "deployment" if input.kind == "Deployment" else "leaderworkerset"
         outcome = run_effect(

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, PromoteWarmInput
+from activities.cluster import ClusterActivities, PromoteWarmInput, ScaleInput
 from activities.config import ActivitySettings
-from activities.effects import EffectResult, EffectRunner, OperationSpec
+from activities.effects import STAMP_ANNOTATION as OP, EffectResult, EffectRunner, OperationSpec
 from activities.gateway import (
     TIER_MODEL_FALLBACK,
     TIER_NONE,
@@ -211,3 +211,36 @@ def test_a_ramp_step_half_written_by_a_dead_attempt_is_finished_with_one_write_p
     assert result.steps[0].weights[pods[0]] == 77
     record = runner.ledger.get("i/ramp/step-1")
     assert record is not None and (record.state, record.attempts) == ("confirmed", 2)
+
+
+def test_a_retried_scale_after_only_its_stamp_landed_scales_once_and_undoes_to_the_old_size(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=1, warm=1, nodes_per_rack=2)
+    warm = f"{POOL}-warm"
+    op = ScaleInput(op_id="i/scale", incident_id="i", namespace=NS, name=warm, replicas=3)
+    # The dead attempt stamped the workload (op id, size before) and died before scaling.
+    kube.store.patch(
+        "deployments",
+        warm,
+        {"metadata": {"annotations": {OP: op.op_id, "fleetmend.io/previous-replicas": "1"}}},
+        namespace=NS,
+    )
+    with pytest.raises(WorkerDied):
+        runner.ledger.run_once(
+            OperationSpec(
+                op_id=op.op_id,
+                incident_id="i",
+                kind="scale",
+                target=f"{NS}/deployment/{warm}",
+                intent={"replicas": 3},
+            ),
+            lambda _: (_ for _ in ()).throw(WorkerDied()),
+        )
+
+    retry = ActivityEnvironment().run(ClusterActivities(kube.api, runner, settings).scale_pool, op)
+
+    assert (retry.previous_replicas, retry.replicas) == (1, 3)
+    writes = kube.server.mutations.summary()["by_op_id_and_object"]
+    assert f"{op.op_id} deployments/{NS}/{warm}" not in writes  # the stamp is not written again
+    assert kube.store.get("deployments", warm, namespace=NS)["spec"]["replicas"] == 3

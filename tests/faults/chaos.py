@@ -60,6 +60,7 @@ class ChaosDrill(Drill):
         self.missed: list[Fault] = []
         self.final_status: dict[str, IncidentStatus] = {}
         self.chaos_error: str | None = None
+        self._alert_sent_at: float | None = None
         self._chaos: asyncio.Task[None] | None = None
         self._holds: list[tuple[Fault, Hold]] = []
 
@@ -145,11 +146,18 @@ class ChaosDrill(Drill):
         await asyncio.to_thread(stack_faults.stop_temporal, self.stack)
         down = time.monotonic()
         alert = asyncio.create_task(self._post_resolved_alert())
-        await asyncio.sleep(1.0)  # the intake answers 503 meanwhile, and the sender retries
+        # The intake holds the request, or answers 503 and the sender resends, meanwhile.
+        await asyncio.sleep(1.0)
+        sent_while_down = self._alert_sent_at is not None
         await asyncio.to_thread(stack_faults.start_temporal, self.stack)
         up = time.monotonic()
         refused, error = await alert
-        return {"temporal_down_s": round(up - down, 2), "alert": error, "refused": refused}
+        return {
+            "temporal_down_s": round(up - down, 2),
+            "alert_sent_while_down": sent_while_down,
+            "alert": error,
+            "refused": refused,
+        }
 
     async def _post_resolved_alert(self) -> tuple[int, str | None]:
         """Alertmanager's resolved notification for the first lost pod, resent while refused.
@@ -165,8 +173,9 @@ class ChaosDrill(Drill):
         payload = webhook_payload([firing.to_alertmanager()])
         payload["status"] = payload["alerts"][0]["status"] = "resolved"
         payload["alerts"][0]["endsAt"] = payload["alerts"][0]["startsAt"]
-        async with httpx.AsyncClient(timeout=10.0) as http:
+        async with httpx.AsyncClient(timeout=30.0) as http:
             before = await self._refused_for_temporal(http)
+            self._alert_sent_at = time.monotonic()
             error: str | None = None
             for _ in range(4):
                 error = await self._post(http, payload)
