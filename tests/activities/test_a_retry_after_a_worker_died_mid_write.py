@@ -55,6 +55,21 @@ class DiesAfterWriting:
         return self._runner.run(spec, apply_then_die, confirm)
 
 
+def claimed_by_a_dead_attempt(
+    runner: EffectRunner, op_id: str, kind: str, target: str, intent: dict[str, Any]
+) -> None:
+    """The ledger as a worker leaves it that claimed `op_id` and died before recording."""
+
+    def die(_: str) -> None:
+        raise WorkerDied
+
+    with pytest.raises(WorkerDied):
+        runner.ledger.run_once(
+            OperationSpec(op_id=op_id, incident_id="i", kind=kind, target=target, intent=intent),
+            die,
+        )
+
+
 def test_a_retried_promotion_reports_the_spare_the_dead_attempt_promoted(
     kube: Kube, runner: EffectRunner, settings: ActivitySettings
 ) -> None:
@@ -100,22 +115,18 @@ def test_a_retried_promotion_whose_dead_attempt_wrote_nothing_promotes_now(
     )
     runner.ledger.lease = 0.0  # the dead attempt's claim has run out
     acts = ClusterActivities(kube.api, runner, settings)
-    with pytest.raises(WorkerDied):
-        runner.ledger.run_once(
-            OperationSpec(
-                op_id=op.op_id,
-                incident_id="i",
-                kind="promote-warm",
-                target=f"{NS}/service/{POOL}",
-                intent={
-                    "selector": acts._exact_warm_selector(POOL, MODEL, REV),
-                    "count": 1,
-                    "mode": "label",
-                    "weight": None,
-                },
-            ),
-            lambda _: (_ for _ in ()).throw(WorkerDied()),
-        )
+    claimed_by_a_dead_attempt(
+        runner,
+        op.op_id,
+        "promote-warm",
+        f"{NS}/service/{POOL}",
+        {
+            "selector": acts._exact_warm_selector(POOL, MODEL, REV),
+            "count": 1,
+            "mode": "label",
+            "weight": None,
+        },
+    )
 
     retry = ActivityEnvironment().run(acts.promote_warm, op)
 
@@ -188,17 +199,9 @@ def test_a_ramp_step_half_written_by_a_dead_attempt_is_finished_with_one_write_p
     gateway = AnnotationGateway(handle.api)
     # The dead attempt planned step 1, wrote its first pod, and its heartbeat never left.
     gateway.write_weights(NS, {pods[0]: 77}, "i/ramp/step-1")
-    with pytest.raises(WorkerDied):
-        runner.ledger.run_once(
-            OperationSpec(
-                op_id="i/ramp/step-1",
-                incident_id="i",
-                kind="router-weights",
-                target=f"{NS}/pod/{pods[0]}",
-                intent={"ramp_step": 1},
-            ),
-            lambda _: (_ for _ in ()).throw(WorkerDied()),
-        )
+    claimed_by_a_dead_attempt(
+        runner, "i/ramp/step-1", "router-weights", f"{NS}/pod/{pods[0]}", {"ramp_step": 1}
+    )
 
     result = ActivityEnvironment().run(
         RampActivities(gateway, handle.http, runner).ramp_traffic, op
@@ -226,17 +229,7 @@ def test_a_retried_scale_after_only_its_stamp_landed_scales_once_and_undoes_to_t
         {"metadata": {"annotations": {OP: op.op_id, "fleetmend.io/previous-replicas": "1"}}},
         namespace=NS,
     )
-    with pytest.raises(WorkerDied):
-        runner.ledger.run_once(
-            OperationSpec(
-                op_id=op.op_id,
-                incident_id="i",
-                kind="scale",
-                target=f"{NS}/deployment/{warm}",
-                intent={"replicas": 3},
-            ),
-            lambda _: (_ for _ in ()).throw(WorkerDied()),
-        )
+    claimed_by_a_dead_attempt(runner, op.op_id, "scale", f"{NS}/deployment/{warm}", {"replicas": 3})
 
     retry = ActivityEnvironment().run(ClusterActivities(kube.api, runner, settings).scale_pool, op)
 
