@@ -21,9 +21,11 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import (
+    MUTATING_HEARTBEAT_S,
     Check,
     EffectRunnerLike,
     MutatingInput,
+    MutatingResult,
     PodRef,
     activity_options,
     heartbeat,
@@ -179,7 +181,7 @@ class DerouteInput(MutatingInput):
     confirm_timeout_s: float = 60.0
 
 
-class DerouteResult(BaseModel):
+class DerouteResult(MutatingResult):
     pods: list[str]
     group: str | None = None
     label_removed: str
@@ -190,7 +192,9 @@ class DerouteResult(BaseModel):
     controller_selector: dict[str, str] = Field(default_factory=dict)
 
 
-DEROUTE_OPTIONS = activity_options(start_to_close=120, heartbeat=20, max_attempts=10)
+DEROUTE_OPTIONS = activity_options(
+    start_to_close=120, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RestoreRoutingInput(MutatingInput):
@@ -200,13 +204,15 @@ class RestoreRoutingInput(MutatingInput):
     pods: list[str]
 
 
-class RestoreRoutingResult(BaseModel):
+class RestoreRoutingResult(MutatingResult):
     pods: list[str]
     missing: list[str] = Field(default_factory=list)
     applied_now: bool
 
 
-RESTORE_ROUTING_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+RESTORE_ROUTING_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class ForceDeleteInput(MutatingInput):
@@ -219,14 +225,16 @@ class ForceDeleteInput(MutatingInput):
     uid: str | None = None
 
 
-class ForceDeleteResult(BaseModel):
+class ForceDeleteResult(MutatingResult):
     pod: str
     deleted: bool
     applied_now: bool
     approved_by: str
 
 
-FORCE_DELETE_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
+FORCE_DELETE_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=8
+)
 
 # ---------------------------------------------------------------------------- warm capacity
 
@@ -244,14 +252,16 @@ class PromoteWarmInput(MutatingInput):
     weight: int = 100
 
 
-class PromoteWarmResult(BaseModel):
+class PromoteWarmResult(MutatingResult):
     promoted: list[PodRef]
     skipped: dict[str, str] = Field(default_factory=dict)
     mode: str
     applied_now: bool
 
 
-PROMOTE_WARM_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+PROMOTE_WARM_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class DemoteWarmInput(MutatingInput):
@@ -262,12 +272,14 @@ class DemoteWarmInput(MutatingInput):
     mode: Literal["label", "weight"] = "label"
 
 
-class DemoteWarmResult(BaseModel):
+class DemoteWarmResult(MutatingResult):
     pods: list[str]
     applied_now: bool
 
 
-DEMOTE_WARM_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+DEMOTE_WARM_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class ScaleInput(MutatingInput):
@@ -277,7 +289,7 @@ class ScaleInput(MutatingInput):
     replicas: int
 
 
-class ScaleResult(BaseModel):
+class ScaleResult(MutatingResult):
     kind: str
     name: str
     previous_replicas: int
@@ -285,7 +297,7 @@ class ScaleResult(BaseModel):
     applied_now: bool
 
 
-SCALE_OPTIONS = activity_options(start_to_close=60, max_attempts=10)
+SCALE_OPTIONS = activity_options(start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10)
 
 
 class WarmWorkloadInput(BaseModel):
@@ -374,14 +386,16 @@ class CordonInput(MutatingInput):
     mark_unqualified: bool = True
 
 
-class CordonResult(BaseModel):
+class CordonResult(MutatingResult):
     node: str
     unschedulable: bool
     qualified_label: str | None
     applied_now: bool
 
 
-CORDON_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+CORDON_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class UncordonInput(MutatingInput):
@@ -390,13 +404,15 @@ class UncordonInput(MutatingInput):
     keep_unqualified: bool = True
 
 
-class UncordonResult(BaseModel):
+class UncordonResult(MutatingResult):
     node: str
     unschedulable: bool
     applied_now: bool
 
 
-UNCORDON_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+UNCORDON_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RelocateInput(MutatingInput):
@@ -407,7 +423,7 @@ class RelocateInput(MutatingInput):
     wait_rescheduled_s: float = 120.0
 
 
-class RelocateResult(BaseModel):
+class RelocateResult(MutatingResult):
     pod: str
     wrong_node: str
     replacement: str | None
@@ -416,7 +432,9 @@ class RelocateResult(BaseModel):
     applied_now: bool
 
 
-RELOCATE_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=8)
+RELOCATE_OPTIONS = activity_options(
+    start_to_close=300, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=8
+)
 
 # ---------------------------------------------------------------------------- verify
 
@@ -1499,8 +1517,10 @@ class ClusterActivities:
         """Route to warm replicas of exactly this model and revision."""
         s = self.s
         selector = self._exact_warm_selector(input.pool, input.model, input.revision)
+        applied_here: list[bool] = []
 
         def apply(op_id: str) -> dict[str, Any]:
+            applied_here.append(True)
             nodes = self._nodes()
             groups = self._replicas(self._list_pods(input.namespace, selector))
             members = {leader.metadata.name: group for leader, group in groups}
@@ -1544,9 +1564,15 @@ class ClusterActivities:
                 for p in self._list_pods(input.namespace, selector)
                 if _annotations(p).get(s.op_annotation) == op_id
             ]
+            if not stamped and not applied_here:
+                # Asked before applying (a retry): an earlier attempt may have died before
+                # its first write, so "nothing stamped" is not evidence; apply decides.
+                return None
             if any(_labels(p).get(s.router_label) != s.router_label_value for p in stamped):
                 return None
-            return {"routed": sorted(p.metadata.name for p in stamped)}
+            names = sorted(p.metadata.name for p in stamped)
+            # A retry that finds the earlier attempt's promotions reports them as promoted.
+            return {"routed": names, "promoted": names}
 
         outcome = run_effect(
             self.runner,
@@ -1680,24 +1706,36 @@ class ClusterActivities:
                 lws["metadata"].get("annotations") or {}
             )
 
+        previous_key = "fleetmend.io/previous-replicas"
+
+        def recorded_previous(op_id: str, notes: dict[str, str], current: int) -> int | None:
+            # The size before this operation, stamped beside its op id by its first write.
+            if notes.get(s.op_annotation) != op_id:
+                return None
+            return int(notes.get(previous_key, current))
+
         def apply(op_id: str) -> dict[str, Any]:
             current, notes = read_replicas()
-            previous_key = "fleetmend.io/previous-replicas"
-            if notes.get(s.op_annotation) == op_id and current == input.replicas:
-                return {"previous": int(notes.get(previous_key, current)), "replicas": current}
+            previous = recorded_previous(op_id, notes, current)
+            if previous is not None and current == input.replicas:
+                return {"previous": previous, "replicas": current}
             stamp = {
                 "metadata": {"annotations": {s.op_annotation: op_id, previous_key: str(current)}}
             }
             body = {"spec": {"replicas": input.replicas}}
+            # An attempt that died between the stamp and the scale left the stamp: one write
+            # per object per operation, and the size it recorded is the one to undo to.
+            stamped = previous is not None
             if input.kind == "Deployment":
-                self._call(
-                    "patch",
-                    obj,
-                    self.apps.patch_namespaced_deployment,
-                    input.name,
-                    input.namespace,
-                    stamp,
-                )
+                if not stamped:
+                    self._call(
+                        "patch",
+                        obj,
+                        self.apps.patch_namespaced_deployment,
+                        input.name,
+                        input.namespace,
+                        stamp,
+                    )
                 self._call(
                     "patch",
                     f"{obj}/scale",
@@ -1707,17 +1745,18 @@ class ClusterActivities:
                     body,
                 )
             else:
-                self._call(
-                    "patch",
-                    obj,
-                    self.custom.patch_namespaced_custom_object,
-                    LWS_GROUP,
-                    LWS_VERSION,
-                    input.namespace,
-                    LWS_PLURAL,
-                    input.name,
-                    stamp,
-                )
+                if not stamped:
+                    self._call(
+                        "patch",
+                        obj,
+                        self.custom.patch_namespaced_custom_object,
+                        LWS_GROUP,
+                        LWS_VERSION,
+                        input.namespace,
+                        LWS_PLURAL,
+                        input.name,
+                        stamp,
+                    )
                 self._call(
                     "patch",
                     f"{obj}/scale",
@@ -1729,11 +1768,17 @@ class ClusterActivities:
                     input.name,
                     body,
                 )
-            return {"previous": current, "replicas": input.replicas}
+            return {
+                "previous": current if previous is None else previous,
+                "replicas": input.replicas,
+            }
 
         def confirm(op_id: str) -> dict[str, Any] | None:
-            current, _ = read_replicas()
-            return {"replicas": current} if current == input.replicas else None
+            current, notes = read_replicas()
+            if current != input.replicas:
+                return None
+            previous = recorded_previous(op_id, notes, current)
+            return {"replicas": current} | ({} if previous is None else {"previous": previous})
 
         kind = "deployment" if input.kind == "Deployment" else "leaderworkerset"
         outcome = run_effect(

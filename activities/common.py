@@ -22,6 +22,13 @@ from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryErro
 from ledger.errors import LedgerError, PermanentEffectError
 from ledger.spec import OperationSpec
 
+# Heartbeat timeout of every activity that changes something: how long Temporal waits before
+# it gives up on a dead worker and retries the step elsewhere. Longer than one Kubernetes or
+# HTTP call's own timeout (10 s), so a slow call is not mistaken for a dead worker; the
+# ledger's lease (FLEETMEND_LEDGER_LEASE_S) is of the same order, so the retry finds the
+# dead worker's claim expired instead of waiting for it.
+MUTATING_HEARTBEAT_S = 15.0
+
 
 def activity_options(
     *,
@@ -77,6 +84,23 @@ class MutatingInput(BaseModel):
     op_id: str
     incident_id: str
     dry_run: bool = False
+
+
+def _this_attempt() -> int:
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+class MutatingResult(BaseModel):
+    """What every mutating activity returns besides its own facts.
+
+    `attempt` is the Temporal attempt that produced the result, filled in where the result
+    is built; above 1, earlier attempts failed or their worker died, and the workflow puts
+    it in the step's timeline entry so an SRE sees the retry. (A history recorded before
+    the field existed decodes with 1.)
+    """
+
+    applied_now: bool
+    attempt: int = Field(default_factory=_this_attempt)
 
 
 class PodRef(BaseModel):

@@ -25,7 +25,14 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
+from activities.common import (
+    MUTATING_HEARTBEAT_S,
+    EffectRunnerLike,
+    MutatingInput,
+    MutatingResult,
+    activity_options,
+    run_effect,
+)
 from activities.config import ActivitySettings
 from activities.errors import RefusedError, TemporaryError, k8s_call
 from activities.metrics import scrape
@@ -111,7 +118,7 @@ class ShedTierInput(MutatingInput):
     retry_after_s: int = 10
 
 
-class ShedTierResult(BaseModel):
+class ShedTierResult(MutatingResult):
     decision: TierDecision
     previous: TierSpec
     applied: TierSpec
@@ -119,7 +126,9 @@ class ShedTierResult(BaseModel):
     applied_now: bool
 
 
-SHED_TIER_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+SHED_TIER_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RestoreShedTierInput(MutatingInput):
@@ -135,13 +144,15 @@ class RestoreShedTierInput(MutatingInput):
     compensates: str | None = None
 
 
-class RestoreShedTierResult(BaseModel):
+class RestoreShedTierResult(MutatingResult):
     previous: TierSpec
     applied: TierSpec
     applied_now: bool
 
 
-RESTORE_SHED_TIER_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+RESTORE_SHED_TIER_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class InflightCounts(BaseModel):
@@ -155,7 +166,7 @@ class RetryContractInput(MutatingInput):
     lost_pods: list[str]
 
 
-class RetryContractResult(BaseModel):
+class RetryContractResult(MutatingResult):
     policy: str
     per_replica: dict[str, InflightCounts]
     total_retried: int
@@ -166,7 +177,9 @@ class RetryContractResult(BaseModel):
     applied_now: bool
 
 
-RETRY_CONTRACT_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+RETRY_CONTRACT_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 class RouterWeightsInput(MutatingInput):
@@ -175,13 +188,15 @@ class RouterWeightsInput(MutatingInput):
     weights: dict[str, int]
 
 
-class RouterWeightsResult(BaseModel):
+class RouterWeightsResult(MutatingResult):
     previous: dict[str, int | None]
     applied: dict[str, int]
     applied_now: bool
 
 
-ROUTER_WEIGHTS_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+ROUTER_WEIGHTS_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 def tier_spec(
@@ -303,6 +318,21 @@ class Gateway(Protocol):
     def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]: ...
 
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None: ...
+
+    def read_stamps(self, namespace: str, pods: list[str]) -> dict[str, str | None]: ...
+
+
+def weights_written_by(
+    gateway: Gateway, namespace: str, pods: list[str], op_id: str
+) -> dict[str, Any] | None:
+    """Confirmation of a ramp step: every pod carries its op id; evidence is what they hold.
+
+    The stamp, not the planned numbers: a step retried after its worker died may hold
+    weights from two plans (each pod written once), and that is what was applied.
+    """
+    if any(stamp != op_id for stamp in gateway.read_stamps(namespace, pods).values()):
+        return None
+    return {"weights": gateway.read_weights(namespace, pods)}
 
 
 def weights_visible(
@@ -430,8 +460,8 @@ class AnnotationGateway:
                     setattr(out[pod], attr, getattr(out[pod], attr) + int(value))
         return out
 
-    def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]:
-        out: dict[str, int | None] = {}
+    def _pod_annotations(self, namespace: str, pods: list[str], key: str) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
         for name in pods:
             pod = k8s_call(
                 "get",
@@ -440,18 +470,27 @@ class AnnotationGateway:
                     name, namespace, _request_timeout=self.s.kubernetes_timeout_s
                 ),
             )
-            raw = ((pod.metadata.annotations if pod.metadata else None) or {}).get(
-                self.s.router_weight_annotation
-            )
+            out[name] = ((pod.metadata.annotations if pod.metadata else None) or {}).get(key)
+        return out
+
+    def read_weights(self, namespace: str, pods: list[str]) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        raw = self._pod_annotations(namespace, pods, self.s.router_weight_annotation)
+        for name, value in raw.items():
             try:
-                out[name] = None if raw is None else round(float(raw))
+                out[name] = None if value is None else round(float(value))
             except ValueError:
                 out[name] = None
         return out
 
     def write_weights(self, namespace: str, weights: dict[str, int | None], op_id: str) -> None:
         s = self.s
+        stamps = self.read_stamps(namespace, sorted(weights))
         for name, weight in sorted(weights.items()):
+            if stamps[name] == op_id:
+                # An earlier attempt of this operation wrote this pod before it died: one
+                # write per pod per operation, even if the retry planned another weight.
+                continue
             body = {
                 "metadata": {
                     "annotations": {
@@ -467,6 +506,10 @@ class AnnotationGateway:
                     name, namespace, body, _request_timeout=s.kubernetes_timeout_s
                 ),
             )
+
+    def read_stamps(self, namespace: str, pods: list[str]) -> dict[str, str | None]:
+        """The op id of the last change fleetmend made to each pod, if any."""
+        return self._pod_annotations(namespace, pods, self.s.op_annotation)
 
 
 class GatewayActivities:
@@ -493,6 +536,11 @@ class GatewayActivities:
     def apply_shed_tier(self, input: ShedTierInput) -> ShedTierResult:
         """Choose the tier from the survivors' pressure and apply it (never loosening)."""
         current, readable = self._current(input.namespace, input.pool, input.last_known_level)
+        if current.op_id == input.op_id:
+            # An earlier attempt of this very operation wrote the store and died before the
+            # ledger heard of it: what stood before is the level the workflow last knew. The
+            # ledger then finds the tier in place and records it without writing again.
+            current = tier_spec(input.last_known_level)
         floor = max(current.level, input.last_known_level)
         decision = choose_tier(
             input.pressure,

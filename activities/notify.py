@@ -14,7 +14,14 @@ import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import EffectRunnerLike, MutatingInput, activity_options, run_effect
+from activities.common import (
+    MUTATING_HEARTBEAT_S,
+    EffectRunnerLike,
+    MutatingInput,
+    MutatingResult,
+    activity_options,
+    run_effect,
+)
 from activities.errors import http_errors
 from activities.redact import redact_url
 
@@ -31,7 +38,7 @@ class NotifyInput(MutatingInput):
     text: str = ""
 
 
-class NotifyResult(BaseModel):
+class NotifyResult(MutatingResult):
     delivered: bool
     status_code: int | None
     body: dict[str, Any]
@@ -39,7 +46,9 @@ class NotifyResult(BaseModel):
     skipped_reason: str | None = None
 
 
-NOTIFY_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+NOTIFY_OPTIONS = activity_options(
+    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
+)
 
 
 def format_value(fact: Fact) -> str:

@@ -17,14 +17,16 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.common import (
+    MUTATING_HEARTBEAT_S,
     EffectRunnerLike,
     MutatingInput,
+    MutatingResult,
     PodRef,
     activity_options,
     heartbeat,
     run_effect,
 )
-from activities.gateway import Gateway, weights_visible
+from activities.gateway import Gateway, weights_written_by
 from activities.metrics import request_rate, sample_window, ttft_p99
 
 RampAction = Literal["advance", "hold", "back-off", "not-warmed"]
@@ -55,7 +57,7 @@ class RampInput(MutatingInput):
     max_back_offs: int = 3
 
 
-class RampResult(BaseModel):
+class RampResult(MutatingResult):
     completed: bool
     steps: list[RampStepRecord]
     final_weights: dict[str, int]
@@ -163,7 +165,7 @@ def plan_ramp_step(
 
 
 RAMP_OPTIONS = activity_options(
-    start_to_close=3600, heartbeat=120, max_attempts=3, schedule_to_close=7200
+    start_to_close=3600, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=3, schedule_to_close=7200
 )
 
 
@@ -206,6 +208,8 @@ class RampActivities:
         step = int(state.get("step", 0))
         applied_any = bool(state.get("applied_any", False))
         weights: dict[str, int] = dict(state.get("weights", {}))
+        # A step planned and heartbeated, perhaps not written when the last attempt died.
+        pending: dict[str, Any] | None = state.get("pending")
         warmed = set(input.warmed_pods)
         if not new:
             return RampResult(
@@ -222,6 +226,7 @@ class RampActivities:
 
         def progress() -> dict[str, Any]:
             return {
+                "pending": pending,
                 "previous": previous,
                 "credit": credit,
                 "back_offs": back_offs,
@@ -232,6 +237,24 @@ class RampActivities:
             }
 
         while len(records) < max_iterations:
+            if pending is not None:
+                # Written as planned, never re-planned: the op id of a step names one set
+                # of weights, whatever the survivors measure now.
+                record = RampStepRecord.model_validate(pending)
+                outcome = self._write_step(input, pods, record)
+                written = outcome.result.get("weights")
+                if outcome.confirmed and isinstance(written, dict):
+                    record.weights = {p: int(w) for p, w in written.items() if w is not None}
+                weights = record.weights
+                applied_any = applied_any or outcome.applied_now
+                records.append(record)
+                pending = None
+                heartbeat(progress())
+                held_back = {p for p, n in back_offs.items() if n > input.max_back_offs}
+                held_back |= {p for p in new if p not in warmed}
+                if any(n > input.max_back_offs for n in back_offs.values()):
+                    break
+                continue
             window = sample_window(
                 self.http,
                 targets,
@@ -280,30 +303,14 @@ class RampActivities:
                     step = max(0, step - 1)
             credit = {p: plan.credited_rates[p] for p in new}
             weights = plan.weights
-            index = len(records) + 1
-            outcome = run_effect(
-                self.runner,
-                input,
-                kind="router-weights",
-                target=f"{input.namespace}/pod/{pods[0]}",
-                intent={"ramp_step": index},
-                apply=functools.partial(self._write, input.namespace, weights),
-                confirm=functools.partial(
-                    weights_visible, self.gateway, input.namespace, dict(weights)
-                ),
-                op_id=f"{input.op_id}/step-{index}",
-            )
-            applied_any = applied_any or outcome.applied_now
-            records.append(
-                RampStepRecord(
-                    index=index, weights=weights, rates=rates, ttft_p99_s=ttft, actions=plan.actions
-                )
-            )
+            pending = RampStepRecord(
+                index=len(records) + 1,
+                weights=weights,
+                rates=rates,
+                ttft_p99_s=ttft,
+                actions=plan.actions,
+            ).model_dump()
             heartbeat(progress())
-            held_back = {p for p, n in back_offs.items() if n > input.max_back_offs}
-            held_back |= {p for p in new if p not in warmed}
-            if any(n > input.max_back_offs for n in back_offs.values()):
-                break
 
         not_warm = sorted(held_back | {p for p in new if p not in warmed})
         if completed and not not_warm:
@@ -327,6 +334,21 @@ class RampActivities:
             keep_shedding=keep,
             keep_shedding_reason=reason,
             applied_now=applied_any,
+        )
+
+    def _write_step(self, input: RampInput, pods: list[str], record: RampStepRecord) -> Any:
+        """One ramp step's weights through the ledger, under `{op_id}/step-{n}`."""
+        return run_effect(
+            self.runner,
+            input,
+            kind="router-weights",
+            target=f"{input.namespace}/pod/{pods[0]}",
+            intent={"ramp_step": record.index},
+            apply=functools.partial(self._write, input.namespace, record.weights),
+            confirm=functools.partial(
+                weights_written_by, self.gateway, input.namespace, sorted(record.weights)
+            ),
+            op_id=f"{input.op_id}/step-{record.index}",
         )
 
     def _write(self, namespace: str, weights: dict[str, int], op_id: str) -> dict[str, Any]:

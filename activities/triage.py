@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.cluster import ClusterActivities, pod_ready
-from activities.common import MutatingInput, activity_options
+from activities.common import MUTATING_HEARTBEAT_S, MutatingInput, MutatingResult, activity_options
 from activities.errors import RefusedError
 from activities.metrics import MetricSnapshot, scrape
 
@@ -49,7 +49,7 @@ class TriageInput(MutatingInput):
     dcgm_url: str | None = None
 
 
-class TriageResult(BaseModel):
+class TriageResult(MutatingResult):
     node: str
     faults: list[Fault]
     disposition: Disposition
@@ -63,7 +63,9 @@ class TriageResult(BaseModel):
     applied_now: bool
 
 
-TRIAGE_OPTIONS = activity_options(start_to_close=120, max_attempts=8)
+TRIAGE_OPTIONS = activity_options(
+    start_to_close=120, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=8
+)
 
 
 # ---------------------------------------------------------------------------- classification

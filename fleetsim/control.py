@@ -13,6 +13,10 @@ its dotted path, and a fault aimed at something that is not there gets 409.
     POST /scenarios/validate  a scenario (YAML or JSON body): 200 or 422 naming fields
     GET  /kube-api            API fault windows (`fleetsim.kube.chaos`) and mutation counts
     DELETE /kube-api          close every API fault window now
+    GET  /mutations           mutating Kubernetes API requests, by object and by op-id stamp
+    GET  /mutations/holds     the holds set and the request each one holds
+    POST /mutations/holds     {"op_id_contains": "...", "method": "PATCH"}: hold the next match
+    DELETE /mutations/holds/{id}  release it: the held request then takes effect
 
 An API fault is a fault like the others: `POST /faults {"kind": "kube-api", "api": {...}}`.
 """
@@ -121,9 +125,45 @@ def control_app(fleet: Fleet) -> Starlette:
             }
         )
 
+    mutations = fleet.kube_server.mutations
+
+    async def mutation_counts(request: Request) -> JSONResponse:
+        return JSONResponse(mutations.summary())
+
+    async def holds(request: Request) -> JSONResponse:
+        return JSONResponse([h.describe() for h in mutations.holds()])
+
+    async def add_hold(request: Request) -> JSONResponse:
+        try:
+            data = await _body(request)
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=400)
+        if not isinstance(data, dict) or not isinstance(data.get("op_id_contains"), str):
+            return JSONResponse({"errors": ["op_id_contains: required, a string"]}, status_code=422)
+        method = data.get("method")
+        try:
+            hold = mutations.hold(
+                data["op_id_contains"], method=method if isinstance(method, str) else None
+            )
+        except ValueError as err:
+            return JSONResponse({"errors": [str(err)]}, status_code=422)
+        return JSONResponse(hold.describe(), status_code=201)
+
+    async def release_hold(request: Request) -> JSONResponse:
+        raw = request.path_params["hold_id"]
+        try:
+            hold = mutations.release(int(raw))
+        except (KeyError, ValueError):
+            return JSONResponse({"errors": [f"no hold {raw!r}"]}, status_code=404)
+        return JSONResponse(hold.describe())
+
     return Starlette(
         routes=[
             Route("/kube-api", kube_api, methods=["GET", "DELETE"]),
+            Route("/mutations", mutation_counts, methods=["GET"]),
+            Route("/mutations/holds", holds, methods=["GET"]),
+            Route("/mutations/holds", add_hold, methods=["POST"]),
+            Route("/mutations/holds/{hold_id}", release_hold, methods=["DELETE"]),
             Route("/counters", counters, methods=["GET"]),
             Route("/alerts", alerts, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

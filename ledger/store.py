@@ -43,6 +43,9 @@ Crash windows, and how each is closed:
   reports the operation as an orphan after the grace period.
 - *a slow worker outlives its lease*: a second worker takes over and calls the
   idempotent ``apply``; whichever records first wins, the other's record is a no-op.
+  A live worker renews its lease every third of it while ``apply`` and ``confirm`` run,
+  so the lease can be short (a dead worker's claim frees up quickly) without a slow
+  apply losing its claim.
 
 Every write is a single statement run in autocommit (a transition that undoes another
 operation marks it compensated in the same statement, through a data-modifying CTE), so
@@ -55,12 +58,14 @@ applied). A failed or compensated operation is never applied again under the sam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -142,13 +147,20 @@ _CLAIM = (
     )
     .returning(_o.op_id, _o.claim_token, _o.attempts)
 )
+# The operation is still proposed and this caller's claim token still holds it.
+_STILL_OURS = (
+    _o.op_id == bindparam("p_op_id"),
+    _o.claim_token == bindparam("p_token"),
+    _o.state == "proposed",
+)
+_RENEW = (
+    update(operations)
+    .where(*_STILL_OURS)
+    .values(claim_expires_at=func.now() + bindparam("p_lease", type_=Interval()))
+)
 _RELEASE = (
     update(operations)
-    .where(
-        _o.op_id == bindparam("p_op_id"),
-        _o.claim_token == bindparam("p_token"),
-        _o.state == "proposed",
-    )
+    .where(*_STILL_OURS)
     .values(
         claim_token=None, claim_expires_at=None, error=bindparam("p_error"), updated_at=func.now()
     )
@@ -573,7 +585,41 @@ class Ledger:
                     if claim is not None:
                         return claim
 
+    def renew(self, op_id: str, claim_token: str) -> bool:
+        """Extend a claim this caller still holds by `lease` seconds; False if it lost it."""
+        params = {
+            "p_op_id": op_id,
+            "p_token": claim_token,
+            "p_lease": timedelta(seconds=self.lease),
+        }
+        with self._db.connect() as conn:
+            return bool(conn.execute(_RENEW, params).rowcount)
+
+    @contextlib.contextmanager
+    def _kept(self, claim: Claim) -> Iterator[None]:
+        """Renew the claim every third of the lease until the block ends."""
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(self.lease / 3):
+                # A failed renewal is not fatal: the lease runs out, another worker takes
+                # over, and apply's op-id stamp keeps the effect single.
+                with contextlib.suppress(Exception):
+                    if not self.renew(claim.op_id, claim.token):
+                        return
+
+        keeper = threading.Thread(target=renew, name=f"lease {claim.op_id}", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+
     def _apply_claimed(self, claim: Claim, apply: Apply, confirm: Confirm | None) -> RunOutcome:
+        with self._kept(claim):
+            return self._apply_kept(claim, apply, confirm)
+
+    def _apply_kept(self, claim: Claim, apply: Apply, confirm: Confirm | None) -> RunOutcome:
         op_id = claim.op_id
         try:
             if claim.attempt > 1 and confirm is not None:

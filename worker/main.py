@@ -114,7 +114,11 @@ def load_activities(settings: Settings) -> tuple[list[Callable[..., Any]], Calla
             api = build_api_client(str(kubeconfig), context=settings.kube_context)
     except Exception as exc:  # the kubernetes client raises several unrelated types here
         raise WorkerSetupError(f"no Kubernetes configuration: {exc}") from exc
-    ledger = Ledger.connect(settings.database_url, pool_size=settings.max_concurrent_activities)
+    ledger = Ledger.connect(
+        settings.database_url,
+        pool_size=settings.max_concurrent_activities,
+        lease=settings.ledger_lease_s,
+    )
     http = httpx.Client(timeout=10.0)
     activity_settings = ActivitySettings(
         notify_webhook_url=settings.notify_webhook_url,

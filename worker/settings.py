@@ -110,6 +110,15 @@ class Settings(BaseSettings):
     max_concurrent_activities: int = Field(
         16, ge=1, le=512, description="Activities the worker runs at once (its thread pool size)."
     )
+    ledger_lease_s: float = Field(
+        15.0,
+        gt=0,
+        le=600,
+        description=(
+            "Seconds a worker's claim on an effect stays exclusive; renewed every third of it "
+            "while the effect runs, so after a worker dies its effects are retried this soon."
+        ),
+    )
     provision_lead_time_s: float = Field(
         900.0,
         gt=0,

@@ -68,6 +68,17 @@ class Child:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def stop(self, sig: signal.Signals, grace_s: float) -> None:
+        """Send `sig`, give it `grace_s` to exit, SIGKILL it if it did not; close its log."""
+        if self.alive():
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
 
 @dataclass
 class Stack:
@@ -224,16 +235,7 @@ class Stack:
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop the children newest first (intake, worker, temporal), then Postgres."""
         for child in reversed(self.children):
-            if child.alive():
-                child.process.send_signal(
-                    signal.SIGTERM if child.name != "temporal" else signal.SIGINT
-                )
-            try:
-                child.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait()
-            child.log.close()
+            child.stop(signal.SIGTERM if child.name != "temporal" else signal.SIGINT, grace_s)
         self.children.clear()
         if self._postgres is not None:
             self._postgres.stop()  # type: ignore[attr-defined]

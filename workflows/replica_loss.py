@@ -1311,6 +1311,9 @@ class ReplicaLossWorkflow:
         op_id = self._op(step, target)
         request = build(**self._mutating(op_id))
         result: Any = await workflow.execute_activity_method(activity, request, **options)  # type: ignore[call-overload]
+        attempt = int(getattr(result, "attempt", 1))
+        if attempt > 1 and self._entry is not None:
+            self._entry.retried[target] = attempt
         self.state.effects.append(
             Effect(
                 op_id=op_id,
@@ -1320,6 +1323,7 @@ class ReplicaLossWorkflow:
                 dry_run=self.state.dry_run,
                 applied_now=getattr(result, "applied_now", None),
                 at=workflow.now(),
+                attempt=attempt,
             )
         )
         if self.state.dry_run:
@@ -1405,6 +1409,9 @@ class ReplicaLossWorkflow:
                 continue
             comp.done = True
             applied = result.get("applied_now") if isinstance(result, dict) else None
+            attempt = int(result.get("attempt", 1)) if isinstance(result, dict) else 1
+            if attempt > 1:
+                entry.retried[comp.target] = attempt
             s.effects.append(
                 Effect(
                     op_id=comp.op_id,
@@ -1415,6 +1422,7 @@ class ReplicaLossWorkflow:
                     applied_now=applied,
                     compensation=True,
                     at=workflow.now(),
+                    attempt=attempt,
                 )
             )
         entry.ended_at = workflow.now()

@@ -193,6 +193,9 @@ class TimelineEntry(BaseModel):
     outcome: str = "running"
     evidence: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
+    # Mutating activities of this step that took more than one attempt (a failed call, a
+    # dead worker, a server restart): target -> the attempt that succeeded.
+    retried: dict[str, int] = Field(default_factory=dict)
 
 
 class Effect(BaseModel):
@@ -206,6 +209,7 @@ class Effect(BaseModel):
     applied_now: bool | None = None
     compensation: bool = False
     at: datetime
+    attempt: int = 1  # the Temporal attempt that returned; above 1 means it was retried
 
 
 class Compensation(BaseModel):

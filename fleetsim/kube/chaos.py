@@ -33,13 +33,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import JSONResponse, Response
 
+from fleetsim.kube import mutations
+
 Verb = Literal["get", "list", "watch", "create", "update", "patch", "delete"]
 MUTATING_VERBS: tuple[Verb, ...] = ("create", "update", "patch", "delete")
 ALL_VERBS: tuple[Verb, ...] = ("get", "list", "watch", *MUTATING_VERBS)
-
-# Where fleetmend stamps the operation id on what it changes (activities/effects.py);
-# fleetsim reads it only to group the mutations it counts.
-OP_ID_ANNOTATION = "fleetmend.io/op-id"
 
 
 class ApiFault(BaseModel):
@@ -188,20 +186,22 @@ class Mutation:
     during: str | None  # the window's answer when one matched, else None
 
 
-def _metadata(body: bytes) -> dict[str, Any]:
+def _document(body: bytes) -> Any:
     try:
-        doc = json.loads(body) if body else None
+        return json.loads(body) if body else None
     except ValueError:
-        return {}
+        return None
+
+
+def _metadata(body: bytes) -> dict[str, Any]:
+    doc = _document(body)
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     return meta if isinstance(meta, dict) else {}
 
 
 def stamped_op_id(body: bytes) -> str | None:
-    """The operation id a create/update/patch body stamps, if any (bodies may be anything)."""
-    annotations = _metadata(body).get("annotations")
-    value = annotations.get(OP_ID_ANNOTATION) if isinstance(annotations, dict) else None
-    return value if isinstance(value, str) else None
+    """The operation id a raw create/update/patch body stamps, if any (bodies may be anything)."""
+    return mutations.stamped_op_id(_document(body))
 
 
 def created_name(req: RequestInfo, body: bytes) -> RequestInfo:

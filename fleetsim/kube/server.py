@@ -14,7 +14,8 @@ A GET whose Accept header asks for `as=Table` gets a meta.k8s.io Table. `?watch=
 streams newline-delimited watch events. Every failure is a `Status` body with the
 code a real API server uses, and an exception in a handler is a 500 Status, never
 a dead server. Resource requests pass through `chaos.py`, which injects API faults
-while a window is open and counts every mutation.
+while a window is open, and every mutating request that took effect is counted in
+`mutations` (`fleetsim/kube/mutations.py`), where a test can also hold one.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ from fleetsim.kube.errors import (
     conflict,
     invalid,
     not_found,
+)
+from fleetsim.kube.mutations import (
+    MUTATING_METHODS,
+    Mutation,
+    MutationLog,
+    object_key,
+    stamped_op_id,
 )
 from fleetsim.kube.resources import Resource, lookup
 from fleetsim.kube.selectors import FieldSelector, LabelSelector, parse_fields, parse_labels
@@ -101,6 +109,14 @@ def _scope(t: Target) -> Scope:
     return "main" if "status" in t.res.subresources else "all"
 
 
+def _object_name(t: Target, body: Any) -> str | None:
+    # A create names its object in the body, not the URL.
+    if t.name is not None or not isinstance(body, dict):
+        return t.name
+    name = (body.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
 def _wants_table(request: Request) -> bool:
     # kubectl lists Table first and plain JSON as the fallback; any client that
     # accepts a Table at all gets one, as the real server prefers the first match.
@@ -143,6 +159,7 @@ class Api:
         token: str | None = None,
         authorizer: rbac.Authorizer | None = None,
         chaos: Chaos | None = None,
+        mutations: MutationLog | None = None,
     ) -> None:
         self.cluster = cluster
         self.store: Store = cluster.store
@@ -150,6 +167,7 @@ class Api:
         # With an authorizer, its tokens are the only credentials and RBAC decides.
         self.authorizer = authorizer
         self.chaos = chaos or Chaos()
+        self.mutations = mutations if mutations is not None else MutationLog()
         self._closing = asyncio.Event()
         self._watch_queues: set[asyncio.Queue[Event | None]] = set()
 
@@ -301,9 +319,31 @@ class Api:
 
     async def _answer(self, request: Request, target: Target) -> Response:
         try:
-            return await self._dispatch(request, target)
+            if request.method not in MUTATING_METHODS or request.query_params.get("dryRun"):
+                return await self._dispatch(request, target)
+            return await self._counted(request, target)
         except ApiError as exc:
             return _error(exc)
+
+    async def _counted(self, request: Request, target: Target) -> Response:
+        body = await self._body_or_none(request)
+        mutation = Mutation(
+            request.method,
+            object_key(target.res.plural, target.namespace, _object_name(target, body), target.sub),
+            stamped_op_id(body),
+        )
+        await self.mutations.wait_if_held(mutation)
+        response = await self._dispatch(request, target)
+        if response.status_code < 400:
+            self.mutations.record(mutation)
+        return response
+
+    async def _body_or_none(self, request: Request) -> Any:
+        # Counting never fails a request: a bad body gets its 400 from the verb itself.
+        try:
+            return await self._body(request)
+        except BadRequest:
+            return None
 
     async def _dispatch(self, request: Request, target: Target) -> Response:
         method = request.method
@@ -657,8 +697,9 @@ def build_app(
     token: str | None = None,
     authorizer: rbac.Authorizer | None = None,
     chaos: Chaos | None = None,
+    mutations: MutationLog | None = None,
 ) -> Starlette:
-    api = Api(cluster, token=token, authorizer=authorizer, chaos=chaos)
+    api = Api(cluster, token=token, authorizer=authorizer, chaos=chaos, mutations=mutations)
     app = Starlette(routes=api.routes())
     app.state.api = api
     return app
@@ -698,6 +739,11 @@ class KubeServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def mutations(self) -> MutationLog:
+        """Every mutating request that took effect, and the holds a test set."""
+        return self._api.mutations
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

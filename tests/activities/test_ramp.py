@@ -159,6 +159,20 @@ def _cold_replacement(handle: FleetHandle) -> tuple[dict, list[dict]]:  # type: 
     raise AssertionError("the replacement never went ready")
 
 
+def ramp_input(handle: FleetHandle, new: dict, warm: list[dict], *, steps: int) -> RampInput:  # type: ignore[type-arg]
+    """A ramp of `new` beside `warm`, warmed, with short measurement windows."""
+    return RampInput(
+        op_id="i/ramp",
+        incident_id="i",
+        namespace=NS,
+        warm_replicas=[handle.ref(p) for p in warm],
+        new_replicas=[handle.ref(new)],
+        warmed_pods=[new["metadata"]["name"]],
+        steps=steps,
+        step_interval_s=0.3,
+    )
+
+
 def _ramp(handle: FleetHandle, runner: EffectRunner, *, warmed: bool, steps: int = 3):  # type: ignore[no-untyped-def]
     new, warm = _cold_replacement(handle)
     return new, ActivityEnvironment().run(
@@ -218,16 +232,7 @@ def test_a_retried_ramp_resumes_from_its_heartbeat_instead_of_starting_over(
 ) -> None:
     handle = fleet_factory(scenario(rate=8, warm_rate=16))
     new, warm = _cold_replacement(handle)
-    op = RampInput(
-        op_id="i/ramp",
-        incident_id="i",
-        namespace=NS,
-        warm_replicas=[handle.ref(p) for p in warm],
-        new_replicas=[handle.ref(new)],
-        warmed_pods=[new["metadata"]["name"]],
-        steps=3,
-        step_interval_s=0.3,
-    )
+    op = ramp_input(handle, new, warm, steps=3)
     beats: list[dict] = []  # type: ignore[type-arg]
     first = ActivityEnvironment()
     # Every heartbeat carries the progress: Temporal keeps only the last one.

@@ -1,11 +1,15 @@
 """Regenerate the recorded histories the replay test runs the Replayer over.
 
-    .venv/bin/python -m tests.histories.record
+    .venv/bin/python -m tests.histories.record [SCENARIO ...]
 
 Runs every shipped scenario shape of the incident workflow on the time-skipping server
 against the fake fleet and writes one JSON history per workflow run to this directory.
 Re-record only on purpose: a change that needs new histories is a change that breaks
 running incidents, and it needs a `workflow.patched(...)` branch instead.
+
+Naming scenarios records only those and keeps every other history: that is how a new
+patched step gets its histories while the old ones keep proving the unpatched branch
+still replays.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,6 +39,7 @@ from tests.workflows.harness import (
     status_of,
     wait_for_gate,
 )
+from worker.stack import temporal_binary
 from workflows.reconcile import reconcile_workflow_id
 from workflows.types import (
     SEARCH_ATTRIBUTES,
@@ -133,6 +138,24 @@ async def continue_as_new(client: Client, tq: str, fleet: Fleet) -> WorkflowHand
     )
 
 
+async def warm_floor_rebuilt(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    # Recorded after `rebuild-warm-floor` and `roll-back-every-shed-tier` were patched in.
+    fleet.kill(f"{fleet.pool}-2")
+    return await report_loss(client, tq, fleet, loss_of(fleet, f"{fleet.pool}-2"))
+
+
+async def escalated_shed_tier_rolled_back(
+    client: Client, tq: str, fleet: Fleet
+) -> WorkflowHandle[Any, Any]:
+    # An approved escalation beyond the automatic limit is a second measure to roll back.
+    fleet.kill(f"{fleet.pool}-4")
+    fleet.wanted_tier = 4
+    handle = await report_loss(client, tq, fleet, loss_of(fleet, f"{fleet.pool}-4"))
+    await wait_for_gate(handle, "shed-tier/D4")
+    await handle.signal(SIGNAL_APPROVE, ApprovalInput(gate="shed-tier/D4", approver="carol"))
+    return handle
+
+
 SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "warm_spare_recovery": (warm_spare_recovery, {"warm": 1}),
     "provision_approved": (provision_approved, {"warm": 0}),
@@ -144,6 +167,8 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "dry_run": (dry_run, {"warm": 1}),
     "half_open_retries": (half_open_retries, {"warm": 1}),
     "continue_as_new": (continue_as_new, {"warm": 1}),
+    "warm_floor_rebuilt": (warm_floor_rebuilt, {"warm": 1}),
+    "escalated_shed_tier_rolled_back": (escalated_shed_tier_rolled_back, {"warm": 1}),
 }
 
 
@@ -186,9 +211,13 @@ async def record(
     return written
 
 
-async def main() -> None:
+async def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise SystemExit(f"no such scenario: {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    chosen = names or list(SCENARIOS)
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=shutil.which("temporal-test-server"),
+        test_server_existing_path=temporal_binary("temporal-test-server"),
         data_converter=pydantic_data_converter,
     )
     try:
@@ -200,11 +229,14 @@ async def main() -> None:
                 namespace=env.client.namespace,
             )
         )
+        index: dict[str, str] = json.loads((HERE / INDEX).read_text()) if names else {}
         for old in HERE.glob("*.json"):
-            old.unlink()
+            if old.name != INDEX and old.name.split(".")[0] in chosen:
+                old.unlink()
+                index.pop(old.name, None)
         # The workflow id is an input of the workflow code (the incident id derives from it).
-        index: dict[str, str] = {}
-        for name, (drive, fleet_args) in SCENARIOS.items():
+        for name in chosen:
+            drive, fleet_args = SCENARIOS[name]
             for path in await record(env, name, drive, fleet_args, index):
                 print(path.relative_to(HERE.parent.parent))
         (HERE / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
@@ -213,4 +245,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from ledger.errors import (
     OperationInProgress,
     PermanentEffectError,
 )
-from ledger.store import Ledger
+from ledger.store import Ledger, OperationRecord
 
 INCIDENT = "replica-loss/serving/pool-a"
 
@@ -164,6 +165,25 @@ def test_a_claim_whose_lease_expired_is_taken_over_and_applied(db_engine: Engine
     assert outcome.waited and outcome.applied_now
     assert (outcome.state, outcome.record.attempts) == ("applied", 2)
     assert world.applied == [spec().op_id]
+
+
+def test_an_apply_that_outlasts_the_lease_keeps_its_claim_renewed(db_engine: Engine) -> None:
+    short = Ledger(db_engine, lease=1.0, wait=0.05)
+    world = World()
+    seen: list[OperationRecord | None] = []
+
+    def slow_apply(op_id: str) -> dict[str, Any]:
+        time.sleep(2.5)  # longer than the lease: only renewal keeps the claim live
+        seen.append(short.get(op_id))
+        with pytest.raises(OperationInProgress):
+            short.run_once(spec(), world.apply)  # a second worker arriving now waits
+        return world.apply(op_id)
+
+    outcome = short.run_once(spec(), slow_apply)
+
+    assert seen[0] is not None and seen[0].claim_live
+    assert outcome.applied_now and world.applied == [spec().op_id]
+    assert short.get(spec().op_id).claim_expires_at is None  # type: ignore[union-attr]
 
 
 def test_reusing_an_op_id_for_another_target_is_refused_as_a_conflict(ledger: Ledger) -> None:
