@@ -30,7 +30,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.fakes import Fleet
+from tests.workflows.fakes import Fleet, Pod
 from tests.workflows.harness import (
     loss_of,
     new_fleet,
@@ -156,6 +156,28 @@ async def escalated_shed_tier_rolled_back(
     return handle
 
 
+async def rollout_not_churned(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    # Recorded after `rollout-not-churned`, `rollout-not-triaged` and `rates-after-deroute`.
+    fleet.common_causes = ["rollout"]
+    for pod in (f"{fleet.pool}-2", f"{fleet.pool}-3"):
+        fleet.kill(pod)
+    return await report_loss(client, tq, fleet, loss_of(fleet, f"{fleet.pool}-3"))
+
+
+async def replacement_on_the_same_node(
+    client: Client, tq: str, fleet: Fleet
+) -> WorkflowHandle[Any, Any]:
+    # Recorded after `hold-cold-replacements`, `triage-refusal-skips-the-node` and
+    # `verify-counts-promoted-spares`: the evicted pod's replacement lands on its node, so
+    # triage refuses the node, and the replacement is held cold and ramped.
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=fleet.pods[dead].node, weight=None)
+    fleet.replacements[replacement] = True
+    fleet.refuse = lambda name, request: name == "triage_node"
+    return await report_loss(client, tq, fleet, loss_of(fleet, dead))
+
+
 SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "warm_spare_recovery": (warm_spare_recovery, {"warm": 1}),
     "provision_approved": (provision_approved, {"warm": 0}),
@@ -169,6 +191,8 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "continue_as_new": (continue_as_new, {"warm": 1}),
     "warm_floor_rebuilt": (warm_floor_rebuilt, {"warm": 1}),
     "escalated_shed_tier_rolled_back": (escalated_shed_tier_rolled_back, {"warm": 1}),
+    "rollout_not_churned": (rollout_not_churned, {"warm": 0}),
+    "replacement_on_the_same_node": (replacement_on_the_same_node, {"warm": 0}),
 }
 
 
