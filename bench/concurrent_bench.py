@@ -82,10 +82,12 @@ async def measure(bench: BenchStack, incidents: int) -> dict[str, Any]:
     return out
 
 
-async def run(incidents: int, workdir: Path) -> dict[str, Any]:
+async def run(incidents: int, workdir: Path, max_activities: int | None) -> dict[str, Any]:
     groups = {"concurrent": incidents, "solo": 1}
-    async with BenchStack.open("bench-concurrent", groups, workdir) as bench:
+    overrides = {} if max_activities is None else {"max_concurrent_activities": max_activities}
+    async with BenchStack.open("bench-concurrent", groups, workdir, **overrides) as bench:
         figures: dict[str, Any] = {"load_average_at_start": load_average(), **bench.timings}
+        figures["max_concurrent_activities"] = bench.drill.base_settings.max_concurrent_activities
         figures |= await measure(bench, incidents)
         figures["load_average_at_end"] = load_average()
     return figures
@@ -93,7 +95,8 @@ async def run(incidents: int, workdir: Path) -> dict[str, Any]:
 
 def print_table(f: dict[str, Any]) -> None:
     print(
-        f"\n{f['incidents']} incidents posted at once to one intake and one worker; "
+        f"\n{f['incidents']} incidents posted at once to one intake and one worker "
+        f"({f['max_concurrent_activities']} activity slots); "
         f"1-min load average {f['load_average_at_start']} at start, "
         f"{f['load_average_at_end']} at end\n"
     )
@@ -124,13 +127,16 @@ def print_table(f: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--incidents", type=int, default=100)
+    parser.add_argument(
+        "--max-activities", type=int, help="the worker's activity slots (default: the setting's)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--workdir", type=Path, help="keep the stack's logs here")
     args = parser.parse_args(argv)
-    if args.incidents < 1:
-        parser.error("--incidents must be >= 1")
+    if args.incidents < 1 or (args.max_activities is not None and args.max_activities < 1):
+        parser.error("--incidents and --max-activities must be >= 1")
     with tempfile.TemporaryDirectory(prefix="fleetmend-bench-") as tmp:
-        figures = asyncio.run(run(args.incidents, args.workdir or Path(tmp)))
+        figures = asyncio.run(run(args.incidents, args.workdir or Path(tmp), args.max_activities))
     print_table(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -306,15 +306,19 @@ class BenchStack:
             return
 
     @classmethod
-    def open(cls, name: str, groups: dict[str, int], workdir: Path) -> _Opener:
-        return _Opener(name, groups, workdir)
+    def open(cls, name: str, groups: dict[str, int], workdir: Path, **settings: Any) -> _Opener:
+        """`settings` override the stack's (e.g. max_concurrent_activities=64)."""
+        return _Opener(name, groups, workdir, settings)
 
 
 class _Opener:
-    def __init__(self, name: str, groups: dict[str, int], workdir: Path) -> None:
+    def __init__(
+        self, name: str, groups: dict[str, int], workdir: Path, settings: dict[str, Any]
+    ) -> None:
         self.name = name
         self.groups = groups
         self.workdir = workdir
+        self.settings = settings
         self.bench: BenchStack | None = None
 
     async def __aenter__(self) -> BenchStack:
@@ -322,7 +326,9 @@ class _Opener:
         path = self.workdir / f"{self.name}.yaml"
         path.write_text(yaml.safe_dump(many_pools_scenario(self.name, self.groups)))
         settings = load_settings(
-            state_dir=self.workdir / "state", blast_radius_fraction=BLAST_RADIUS_FRACTION
+            state_dir=self.workdir / "state",
+            blast_radius_fraction=BLAST_RADIUS_FRACTION,
+            **self.settings,
         )
         drill = Drill(settings, DrillOptions(scenario=str(path), free_ports=True))
         timings: dict[str, float] = {}
