@@ -893,6 +893,7 @@ class ReplicaLossWorkflow:
                 # pod on it): triage refuses, and that is no reason to undo the recovery.
                 if _refused(err) and workflow.patched("triage-refusal-skips-the-node"):
                     self._note("triage", "skipped: the node serves again", {"node": node})
+                    s.nodes_serving_again.append(node)
                     continue
                 raise
             s.triaged_nodes.append(node)
@@ -1072,6 +1073,7 @@ class ReplicaLossWorkflow:
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
         new = [PodRef.model_validate(p) for p in s.new_replicas]
         target_replicas = target_endpoints = s.facts.pool_size
+        failed_nodes = [n for n in s.facts.lost_nodes if n not in s.nodes_serving_again]
         if workflow.patched("verify-counts-promoted-spares"):
             # A promoted spare serves in place of a lost replica but belongs to the warm
             # workload: the pool's own workload owes only the rest. Its stand-in for a pod
@@ -1089,7 +1091,7 @@ class ReplicaLossWorkflow:
                     warm_floor_target=len(s.facts.warm_ready),
                     model=s.facts.model,
                     revision=s.facts.revision,
-                    failed_nodes=s.facts.lost_nodes,
+                    failed_nodes=failed_nodes,
                 ),
                 **VERIFY_CAPACITY_OPTIONS,
             )
