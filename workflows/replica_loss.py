@@ -1154,6 +1154,11 @@ class ReplicaLossWorkflow:
                 and not e.compensation
                 and e.op_id not in measures
             ]
+        if workflow.patched("roll-back-only-applied-tiers"):
+            # No tier applied (the automatic limit is 0 and its gate timed out): nothing to
+            # undo, and a rollback of an operation the ledger never saw is refused.
+            applied = {e.op_id for e in s.effects if e.activity == "apply_shed_tier"}
+            measures = [m for m in measures if m in applied]
         for measure in measures:
             suffix = measure.removeprefix(self._op("protect", "shed-tier"))
             await self._act(
