@@ -33,13 +33,21 @@ from worker.drill import Drill, DrillOptions
 from worker.settings import load_settings
 
 SCENARIO = "ramp-experiment"
-# Fleet seconds a gate waits: the provisioning gate's safe default (nothing scaled) applies.
-GATE_TIMEOUT_S = 60.0
+# Fleet seconds a gate waits before its safe default applies: nothing scaled (the
+# replacement is the controller's own) and no shedding beyond the automatic limit.
+GATE_TIMEOUT_S = 8.0
+# The runbook's model has no admission control: shedding halves max_tokens, which would
+# double a replica's throughput and halve the queue the experiment is about.
+AUTO_SHED_TIER_LIMIT = 0
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
 
 async def run(ramp: bool, speed: float, state_dir: Path) -> dict[str, Any]:
-    settings = load_settings(state_dir=state_dir, gate_timeout_s=GATE_TIMEOUT_S)
+    settings = load_settings(
+        state_dir=state_dir,
+        gate_timeout_s=GATE_TIMEOUT_S,
+        auto_shed_tier_limit=AUTO_SHED_TIER_LIMIT,
+    )
     options = DrillOptions(
         scenario=SCENARIO, speed=speed, free_ports=True, ramp=ramp, timeout_s=1200
     )

@@ -934,6 +934,7 @@ class ReplicaLossWorkflow:
                 # pod on it): triage refuses, and that is no reason to undo the recovery.
                 if _refused(err) and workflow.patched("triage-refusal-skips-the-node"):
                     self._note("triage", "skipped: the node serves again", {"node": node})
+                    s.nodes_serving_again.append(node)
                     continue
                 raise
             s.triaged_nodes.append(node)
@@ -1113,6 +1114,7 @@ class ReplicaLossWorkflow:
         survivors = [PodRef.model_validate(p) for p in s.facts.survivors]
         new = [PodRef.model_validate(p) for p in s.new_replicas]
         target_replicas = target_endpoints = s.facts.pool_size
+        failed_nodes = [n for n in s.facts.lost_nodes if n not in s.nodes_serving_again]
         if workflow.patched("verify-counts-promoted-spares"):
             # A promoted spare serves in place of a lost replica but belongs to the warm
             # workload: the pool's own workload owes only the rest. Its stand-in for a pod
@@ -1130,7 +1132,7 @@ class ReplicaLossWorkflow:
                     warm_floor_target=len(s.facts.warm_ready),
                     model=s.facts.model,
                     revision=s.facts.revision,
-                    failed_nodes=s.facts.lost_nodes,
+                    failed_nodes=failed_nodes,
                 ),
                 **VERIFY_CAPACITY_OPTIONS,
             )
@@ -1193,6 +1195,11 @@ class ReplicaLossWorkflow:
                 and not e.compensation
                 and e.op_id not in measures
             ]
+        if workflow.patched("roll-back-only-applied-tiers"):
+            # No tier applied (the automatic limit is 0 and its gate timed out): nothing to
+            # undo, and a rollback of an operation the ledger never saw is refused.
+            applied = {e.op_id for e in s.effects if e.activity == "apply_shed_tier"}
+            measures = [m for m in measures if m in applied]
         for measure in measures:
             suffix = measure.removeprefix(self._op("protect", "shed-tier"))
             await self._act(

@@ -299,6 +299,8 @@ class IncidentState(BaseModel):
     new_replicas: list[dict[str, Any]] = Field(default_factory=list)
     # The workload controller's own replacements, held at the probe share until ramped.
     replacements: list[dict[str, Any]] = Field(default_factory=list)
+    # Lost nodes that serve again (a replacement landed there): not failed, not cordoned.
+    nodes_serving_again: list[str] = Field(default_factory=list)
     shares: dict[str, ReplicaShare] = Field(default_factory=dict)
     triaged_nodes: list[str] = Field(default_factory=list)
     verified: bool = False

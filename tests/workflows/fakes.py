@@ -142,6 +142,7 @@ class Fleet:
     # Observability of the fake itself.
     applied: Counter[str] = field(default_factory=Counter)
     calls: list[tuple[str, str | None]] = field(default_factory=list)
+    verify_inputs: list[VerifyCapacityInput] = field(default_factory=list)
     intents: list[tuple[str, str]] = field(default_factory=list)
     ledger: dict[str, Any] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
@@ -451,6 +452,7 @@ class FakeActivities:
     async def verify_capacity(self, input: VerifyCapacityInput) -> VerifyCapacityResult:
         f = self.fleet
         f._enter("verify_capacity", input)
+        f.verify_inputs.append(input)
         return VerifyCapacityResult(
             passed=f.verify_passes,
             checks=[

@@ -118,3 +118,6 @@ async def test_triage_refused_because_the_node_serves_again_skips_it_and_recover
     )
     assert result.outcome in ("recovered", "recovered-measures-kept")
     assert result.compensated == 0
+    # Verification does not expect a node that serves again to be cordoned.
+    assert fleet.verify_inputs
+    assert all(fleet.pods[dead].node not in v.failed_nodes for v in fleet.verify_inputs)
