@@ -38,6 +38,7 @@ ACTIVITY_OPTIONS: dict[str, ActivityConfig] = {
     "find_warm_workload": cluster.WARM_WORKLOAD_OPTIONS,
     "estimate_lead_time": cluster.LEAD_TIME_OPTIONS,
     "diagnose_pending": cluster.PENDING_OPTIONS,
+    "find_replacements": cluster.REPLACEMENTS_OPTIONS,
     "cordon_node": cluster.CORDON_OPTIONS,
     "uncordon_node": cluster.UNCORDON_OPTIONS,
     "relocate_misplaced_pod": cluster.RELOCATE_OPTIONS,

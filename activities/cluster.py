@@ -375,7 +375,7 @@ class ReplacementsResult(BaseModel):
     replacements: list[Replacement] = Field(default_factory=list)
 
 
-REPLACEMENTS_OPTIONS = activity_options(start_to_close=30, max_attempts=5)
+REPLACEMENTS_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
 
 # ---------------------------------------------------------------------------- nodes
 

@@ -30,7 +30,8 @@ _HOLD_POLL_S = 0.02
 def stamped_op_id(body: Any) -> str | None:
     """The op id a request body stamps: merge/strategic/apply bodies and JSON patches."""
     if isinstance(body, dict):
-        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        metadata = body.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
         value = annotations.get(OP_ANNOTATION) if isinstance(annotations, dict) else None
         return value if isinstance(value, str) else None
     if isinstance(body, list):
