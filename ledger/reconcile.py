@@ -10,7 +10,9 @@ finding exists: the ``NOT EXISTS`` filter skips it, the unique key backs that up
 runs' snapshots overlap).
 
 - duplicate: two applied operations with the same incident, kind, target and intent,
-  consecutive in applied order, with no compensation of the first applied between them.
+  consecutive in applied order, with no compensation of the first applied between them;
+  two compensations of different measures (undoing an escalation and the tier beneath it)
+  are two effects even when both restore the same level.
   The same intent is what makes the second a duplicate: a ramp that sets a pod's weight
   to 10, then 40, then 100 changes one target three times on purpose, while labelling
   the same pod the same way under two operation ids is one effect applied twice.
@@ -111,6 +113,7 @@ WITH groups AS (
         SELECT d.op_id, d.incident_id, d.kind, d.target, d.applied_at, d.compensates,
                d.intent = lag(d.intent) OVER w AS same_intent,
                lag(d.op_id) OVER w AS prev_op_id,
+               lag(d.compensates) OVER w AS prev_compensates,
                lag(d.applied_at) OVER w AS prev_applied_at
         FROM operations d
         WHERE d.incident_id = groups.incident_id AND d.kind = groups.kind
@@ -122,6 +125,9 @@ WITH groups AS (
     WHERE p.prev_op_id IS NOT NULL
       AND p.same_intent
       AND p.compensates IS DISTINCT FROM p.prev_op_id
+      -- Undoing two different measures is two effects, even when both land on one level.
+      AND NOT (p.compensates IS NOT NULL AND p.prev_compensates IS NOT NULL
+               AND p.compensates <> p.prev_compensates)
       AND NOT EXISTS (
           SELECT 1 FROM operations c
           WHERE c.compensates = p.prev_op_id

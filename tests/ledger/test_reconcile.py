@@ -54,6 +54,38 @@ def test_a_cordon_undone_before_the_next_cordon_is_not_a_duplicate(
     assert report.duplicates == []
 
 
+def test_undoing_two_different_measures_to_one_level_is_not_a_duplicate_but_undoing_one_twice_is(
+    ledger: Ledger, db_engine: Engine
+) -> None:
+    target = "serving/service/llm"
+    tier = ledger.run_once(
+        spec("protect/tier", "shed-tier", target, intent={"tier": 1}), done, done
+    )
+    d3 = ledger.run_once(spec("protect/D3", "shed-tier", target, intent={"tier": 3}), done, done)
+    restore = {"tier": 0}
+    for measure in (tier, d3):
+        ledger.run_once(
+            spec(
+                f"{measure.op_id}/undo",
+                "restore-shed-tier",
+                target,
+                intent=restore,
+                compensates=measure.op_id,
+            ),
+            done,
+            done,
+        )
+    assert reconcile(db_engine, incident_id=INCIDENT, grace=0).duplicates == []
+
+    again = ledger.run_once(
+        spec("d3-undo-again", "restore-shed-tier", target, intent=restore, compensates=d3.op_id),
+        done,
+        done,
+    )
+    report = reconcile(db_engine, incident_id=INCIDENT, grace=0)
+    assert [f.op_id for f in report.duplicates] == [again.op_id]
+
+
 def test_changing_one_target_step_by_step_is_not_a_duplicate_but_repeating_a_step_is(
     ledger: Ledger, db_engine: Engine
 ) -> None:
