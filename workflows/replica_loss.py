@@ -1120,6 +1120,7 @@ class ReplicaLossWorkflow:
             # workload: the pool's own workload owes only the rest. Its stand-in for a pod
             # stranded on a dead node may never fit, and need not while the spare serves.
             target_replicas = max(0, s.facts.pool_size - len(s.new_replicas))
+        failed_by_attempt: dict[str, list[str]] = {}
         for attempt in range(1, self.input.verify_attempts + 1):
             capacity = await workflow.execute_activity_method(
                 ClusterActivities.verify_capacity,
@@ -1148,9 +1149,12 @@ class ReplicaLossWorkflow:
                 **VERIFY_SERVING_OPTIONS,
             )
             checks = [*capacity.checks, *serving.checks]
+            # The last attempt's numbers replace the earlier ones; what failed stays.
+            failed_by_attempt[str(attempt)] = sorted(c.name for c in checks if not c.passed)
             self._evidence(
                 attempt=attempt,
                 checks={c.name: {"passed": c.passed, **c.evidence} for c in checks},
+                failed_by_attempt=dict(failed_by_attempt),
             )
             s.misplaced = [
                 str(pod)

@@ -152,3 +152,39 @@ def test_measured_rate_and_ttft_p99_are_read_per_replica(
     # About the offered load: 8 requests per fleet second at 10x speed, spread over four.
     total = sum(r.requests_per_s or 0 for r in result.replicas)
     assert 40 <= total <= 120
+
+
+def test_a_p99_is_judged_over_enough_requests_the_window_grows_until_each_pod_has_them(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    # About 5 requests per wall second per pod: one 1 s interval holds too few for a p99.
+    handle = fleet_factory(scenario(rate=2, warm_rate=16))
+
+    result = ActivityEnvironment().run(
+        MetricsActivities(handle.http).verify_serving,
+        VerifyServingInput(survivors=_refs(handle), sample_interval_s=1.0, min_ttft_samples=15),
+    )
+
+    ttft = _checks(result)["ttft-p99-per-pod-under-slo"].evidence
+    assert ttft["window_s"] >= 2.0
+    assert all(n >= 15 for n in ttft["requests_in_window"].values()), ttft
+
+
+def test_the_grown_window_stops_at_its_limit_and_still_judges(
+    fleet_factory: Callable[..., FleetHandle],
+) -> None:
+    handle = fleet_factory(scenario(rate=2, warm_rate=16))
+
+    result = ActivityEnvironment().run(
+        MetricsActivities(handle.http).verify_serving,
+        VerifyServingInput(
+            survivors=_refs(handle),
+            sample_interval_s=0.5,
+            min_ttft_samples=1_000_000,
+            max_window_intervals=3,
+        ),
+    )
+
+    ttft = _checks(result)["ttft-p99-per-pod-under-slo"].evidence
+    assert 1.5 <= ttft["window_s"] < 2.5
+    assert all(v is not None for v in ttft["ttft_p99_s"].values())
