@@ -592,6 +592,7 @@ class ReplicaLossWorkflow:
             ),
         )
         s.shed_previous = result.previous.model_dump(mode="json")
+        s.shed_replaced[forward] = s.shed_previous
         s.shed_level = result.applied.level
         self._evidence(
             decision=result.decision.model_dump(), applied=result.applied.name, limit=limit
@@ -605,7 +606,7 @@ class ReplicaLossWorkflow:
             result.decision.model_dump(),
         ):
             return
-        # The approved tightening is undone by the same restore registered above.
+        # On a failure the restore registered above undoes both; roll-back undoes each.
         tighter = await self._act(
             "protect",
             f"shed-tier/D{wanted}",
@@ -619,6 +620,9 @@ class ReplicaLossWorkflow:
                 last_known_level=s.shed_level,
             ),
             SHED_TIER_OPTIONS,
+        )
+        s.shed_replaced[self._op("protect", f"shed-tier/D{wanted}")] = tighter.previous.model_dump(
+            mode="json"
         )
         s.shed_level = tighter.applied.level
 
@@ -1204,8 +1208,14 @@ class ReplicaLossWorkflow:
             # undo, and a rollback of an operation the ledger never saw is refused.
             applied = {e.op_id for e in s.effects if e.activity == "apply_shed_tier"}
             measures = [m for m in measures if m in applied]
+        newest_first = workflow.patched("roll-back-tiers-newest-first")
+        if newest_first:
+            # As a saga unwinds: the escalation back to the automatic tier, then that tier
+            # back to what was there before the incident; each write a real change.
+            measures.reverse()
         for measure in measures:
             suffix = measure.removeprefix(self._op("protect", "shed-tier"))
+            replaced = s.shed_replaced.get(measure) if newest_first else None
             await self._act(
                 "roll-back",
                 f"shed-tier{suffix}",
@@ -1214,7 +1224,7 @@ class ReplicaLossWorkflow:
                     RestoreShedTierInput,
                     namespace=s.namespace,
                     pool=s.pool,
-                    restore_to=restore_to,
+                    restore_to=TierSpec.model_validate(replaced) if replaced else restore_to,
                     warm_floor_ready=warm,
                     warm_floor_target=warm,
                     compensates=measure,

@@ -296,6 +296,8 @@ class IncidentState(BaseModel):
     held_routed: list[str] = Field(default_factory=list)
     shed_level: int = 0
     shed_previous: dict[str, Any] | None = None
+    # The tier each applied shedding measure replaced (op id -> TierSpec), to undo newest first.
+    shed_replaced: dict[str, dict[str, Any]] = Field(default_factory=dict)
     new_replicas: list[dict[str, Any]] = Field(default_factory=list)
     # The workload controller's own replacements, held at the probe share until ramped.
     replacements: list[dict[str, Any]] = Field(default_factory=list)

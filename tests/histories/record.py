@@ -191,6 +191,8 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "continue_as_new": (continue_as_new, {"warm": 1}),
     "warm_floor_rebuilt": (warm_floor_rebuilt, {"warm": 1}),
     "escalated_shed_tier_rolled_back": (escalated_shed_tier_rolled_back, {"warm": 1}),
+    # The same incident, recorded after `roll-back-tiers-newest-first`.
+    "escalation_undone_newest_first": (escalated_shed_tier_rolled_back, {"warm": 1}),
     "rollout_not_churned": (rollout_not_churned, {"warm": 0}),
     "replacement_on_the_same_node": (replacement_on_the_same_node, {"warm": 0}),
 }

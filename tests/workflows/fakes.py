@@ -121,6 +121,7 @@ class Fleet:
     pods: dict[str, Pod] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     shed_tier: int = 0
+    shed_tier_writes: list[int] = field(default_factory=list)  # every level written, in order
     replicas: int = 0
     warm_replicas: int = 0
     dead: set[str] = field(default_factory=set)
@@ -476,6 +477,7 @@ class FakeActivities:
         def apply() -> ShedTierResult:
             if not input.dry_run:
                 f.shed_tier = level
+                f.shed_tier_writes.append(level)
             return ShedTierResult(
                 decision=TierDecision(
                     level=level,
@@ -501,6 +503,7 @@ class FakeActivities:
         def apply() -> RestoreShedTierResult:
             if not input.dry_run:
                 f.shed_tier = input.restore_to.level
+                f.shed_tier_writes.append(input.restore_to.level)
             return RestoreShedTierResult(
                 previous=previous, applied=input.restore_to, applied_now=True
             )

@@ -148,3 +148,22 @@ async def test_an_unanswered_gate_times_out_to_its_safe_default_and_says_so_in_t
         assert [e.outcome for e in decision] == ["within", "within", "beyond"]
         assert decision[2].evidence["limit"] == 0.25
         assert decision[2].evidence["capacity_out_after"] == 0.375
+
+
+async def test_an_approved_escalation_is_rolled_back_newest_first_each_to_the_tier_beneath(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=1)
+    fleet.kill(f"{fleet.pool}-4")
+    fleet.wanted_tier = 4
+    client = ts_env.client
+    async with running_worker(client, task_queue, fleet):
+        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-4"))
+        await wait_for_gate(handle, "shed-tier/D4")
+        await handle.signal(SIGNAL_APPROVE, ApprovalInput(gate="shed-tier/D4", approver="carol"))
+        result = await handle.result()
+    assert result.outcome == "recovered"
+    # Automatic D2, approved D4; then D4 back to D2 and D2 back to none.
+    assert fleet.shed_tier_writes == [2, 4, 2, 0]
+    restores = [op for name, op in fleet.calls if name == "restore_shed_tier"]
+    assert [op.rsplit("/", 1)[-1] for op in restores if op] == ["D4", "shed-tier"]
