@@ -70,11 +70,8 @@ def claimed_by_a_dead_attempt(
         )
 
 
-def test_a_retried_promotion_reports_the_spare_the_dead_attempt_promoted(
-    kube: Kube, runner: EffectRunner, settings: ActivitySettings
-) -> None:
-    build_pool(kube.cluster, replicas=2, warm=1, nodes_per_rack=3)
-    op = PromoteWarmInput(
+def promote_one_spare() -> PromoteWarmInput:
+    return PromoteWarmInput(
         op_id="i/promote-warm/llm",
         incident_id="i",
         namespace=NS,
@@ -83,6 +80,19 @@ def test_a_retried_promotion_reports_the_spare_the_dead_attempt_promoted(
         revision=REV,
         count=1,
     )
+
+
+def writes_per_object(handle: FleetHandle, op_id: str) -> dict[str, int]:
+    """fleetsim's count of accepted writes stamped `op_id`, per object."""
+    writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
+    return {k: n for k, n in writes.items() if k.startswith(f"{op_id} ")}
+
+
+def test_a_retried_promotion_reports_the_spare_the_dead_attempt_promoted(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=2, warm=1, nodes_per_rack=3)
+    op = promote_one_spare()
     with pytest.raises(WorkerDied):
         ActivityEnvironment().run(
             ClusterActivities(kube.api, DiesAfterWriting(runner), settings).promote_warm, op
@@ -104,15 +114,7 @@ def test_a_retried_promotion_whose_dead_attempt_wrote_nothing_promotes_now(
     kube: Kube, runner: EffectRunner, settings: ActivitySettings
 ) -> None:
     build_pool(kube.cluster, replicas=2, warm=1, nodes_per_rack=3)
-    op = PromoteWarmInput(
-        op_id="i/promote-warm/llm",
-        incident_id="i",
-        namespace=NS,
-        pool=POOL,
-        model=MODEL,
-        revision=REV,
-        count=1,
-    )
+    op = promote_one_spare()
     runner.ledger.lease = 0.0  # the dead attempt's claim has run out
     acts = ClusterActivities(kube.api, runner, settings)
     claimed_by_a_dead_attempt(
@@ -184,8 +186,7 @@ def test_a_retried_ramp_writes_the_step_it_had_planned_and_no_pod_twice(
     resumed = retry.run(RampActivities(gateway, handle.http, runner).ramp_traffic, op)
 
     assert resumed.steps[0].weights == planned["weights"]
-    writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
-    step_one = {k: n for k, n in writes.items() if k.startswith("i/ramp/step-1 ")}
+    step_one = writes_per_object(handle, "i/ramp/step-1")
     assert len(step_one) == len(planned["weights"]) and set(step_one.values()) == {1}
 
 
@@ -207,8 +208,7 @@ def test_a_ramp_step_half_written_by_a_dead_attempt_is_finished_with_one_write_p
         RampActivities(gateway, handle.http, runner).ramp_traffic, op
     )
 
-    writes = handle.fleet.kube_server.mutations.summary()["by_op_id_and_object"]
-    step_one = {k: n for k, n in writes.items() if k.startswith("i/ramp/step-1 ")}
+    step_one = writes_per_object(handle, "i/ramp/step-1")
     assert len(step_one) == len(pods) and set(step_one.values()) == {1}
     # The step is what landed: the dead attempt's weight on its pod, the retry's elsewhere.
     assert result.steps[0].weights[pods[0]] == 77

@@ -3,24 +3,42 @@ ramped by measured rate once Ready; with ramping disabled, neither, and the time
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.fakes import Pod
+from tests.workflows.fakes import Fleet, Pod
 from tests.workflows.harness import loss_of, new_fleet, report_loss, running_worker, status_of
+from workflows.types import IncidentResult, IncidentStatus
+
+
+def lost_with_a_replacement(
+    *, same_node: bool = False, ready: bool = True
+) -> tuple[Fleet, str, str]:
+    """A pool of four that lost its fourth replica, whose controller already started another."""
+    fleet = new_fleet(serving=4, warm=0)
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    node = fleet.pods[dead].node if same_node else f"gpu-{fleet.pool}-9"
+    fleet.pods[replacement] = Pod(node=node, weight=None)
+    fleet.replacements[replacement] = ready
+    return fleet, dead, replacement
+
+
+async def run_incident(
+    env: WorkflowEnvironment, task_queue: str, fleet: Fleet, lost: str, **start: Any
+) -> tuple[IncidentResult, IncidentStatus]:
+    async with running_worker(env.client, task_queue, fleet):
+        handle = await report_loss(env.client, task_queue, fleet, loss_of(fleet, lost), **start)
+        result = await handle.result()
+        return result, await status_of(handle)
 
 
 async def test_a_controller_replacement_is_held_at_the_probe_share_then_ramped(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    fleet = new_fleet(serving=4, warm=0)
-    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
-    fleet.kill(dead)
-    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
-    fleet.replacements[replacement] = True
-    async with running_worker(ts_env.client, task_queue, fleet):
-        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
-        result = await handle.result()
-        status = await status_of(handle)
+    fleet, dead, replacement = lost_with_a_replacement()
+    result, status = await run_incident(ts_env, task_queue, fleet, dead)
     hold = next(e for e in status.timeline if e.step == "hold-replacements")
     assert hold.evidence["held"] == [replacement]
     weights = hold.evidence["weights"]
@@ -37,17 +55,8 @@ async def test_a_controller_replacement_is_held_at_the_probe_share_then_ramped(
 async def test_with_ramping_disabled_a_replacement_is_neither_held_nor_ramped_and_it_is_recorded(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    fleet = new_fleet(serving=4, warm=0)
-    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
-    fleet.kill(dead)
-    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
-    fleet.replacements[replacement] = True
-    async with running_worker(ts_env.client, task_queue, fleet):
-        handle = await report_loss(
-            ts_env.client, task_queue, fleet, loss_of(fleet, dead), ramp=False
-        )
-        await handle.result()
-        status = await status_of(handle)
+    fleet, dead, replacement = lost_with_a_replacement()
+    _, status = await run_incident(ts_env, task_queue, fleet, dead, ramp=False)
     for step in ("hold-replacements", "ramp"):
         entry = next(e for e in status.timeline if e.step == step)
         assert "disabled" in entry.evidence["ramp"]
@@ -63,12 +72,7 @@ async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
     fleet.common_causes = ["rollout"]
     for pod in (f"{fleet.pool}-2", f"{fleet.pool}-3"):
         fleet.kill(pod)
-    async with running_worker(ts_env.client, task_queue, fleet):
-        handle = await report_loss(
-            ts_env.client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3")
-        )
-        await handle.result()
-        status = await status_of(handle)
+    _, status = await run_incident(ts_env, task_queue, fleet, f"{fleet.pool}-3")
     (provision,) = [e for e in status.timeline if e.step == "provision"]
     assert "rollout" in provision.evidence["scale"]
     # No gate asked to scale, and nothing scaled: replicas of the bad revision would crash too.
@@ -82,16 +86,9 @@ async def test_losses_that_share_a_rollout_are_not_churned_by_scaling(
 async def test_a_replacement_that_cannot_pull_its_image_is_not_waited_for(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    fleet = new_fleet(serving=4, warm=0)
-    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
-    fleet.kill(dead)
-    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
-    fleet.replacements[replacement] = False
+    fleet, dead, replacement = lost_with_a_replacement(ready=False)
     fleet.stuck[replacement] = "ImagePullBackOff"
-    async with running_worker(ts_env.client, task_queue, fleet):
-        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
-        await handle.result()
-        status = await status_of(handle)
+    _, status = await run_incident(ts_env, task_queue, fleet, dead)
     ramp = next(e for e in status.timeline if e.step == "ramp")
     assert ramp.evidence["stuck"] == {replacement: "ImagePullBackOff"}
     assert ramp.evidence["still_loading"] == []
@@ -102,17 +99,10 @@ async def test_a_replacement_that_cannot_pull_its_image_is_not_waited_for(
 async def test_triage_refused_because_the_node_serves_again_skips_it_and_recovers(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    fleet = new_fleet(serving=4, warm=0)
-    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
-    fleet.kill(dead)
     # The controller put the evicted pod's replacement on the same node, which serves again.
-    fleet.pods[replacement] = Pod(node=fleet.pods[dead].node, weight=None)
-    fleet.replacements[replacement] = True
+    fleet, dead, _ = lost_with_a_replacement(same_node=True)
     fleet.refuse = lambda name, request: name == "triage_node"
-    async with running_worker(ts_env.client, task_queue, fleet):
-        handle = await report_loss(ts_env.client, task_queue, fleet, loss_of(fleet, dead))
-        result = await handle.result()
-        status = await status_of(handle)
+    result, status = await run_incident(ts_env, task_queue, fleet, dead)
     assert [e.outcome for e in status.timeline if e.step == "triage"][-1] == (
         "skipped: the node serves again"
     )
