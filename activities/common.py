@@ -29,6 +29,15 @@ from ledger.spec import OperationSpec
 # dead worker's claim expired instead of waiting for it.
 MUTATING_HEARTBEAT_S = 15.0
 
+# Start-to-close timeout of a read that does not heartbeat: a few Kubernetes calls, each
+# bounded by its own 10 s timeout. Without a heartbeat, Temporal notices a dead worker only
+# when this runs out, so it stays short: a crash costs a read no more time than it costs a
+# heartbeating step (MUTATING_HEARTBEAT_S plus the first retry interval).
+READ_START_TO_CLOSE_S = 20.0
+# The longest an activity without a heartbeat timeout may be given
+# (tests/activities/test_errors_and_options.py holds every activity to it).
+UNHEARTBEATED_MAX_S = 30.0
+
 
 def activity_options(
     *,
