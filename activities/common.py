@@ -29,6 +29,9 @@ from ledger.spec import OperationSpec
 # dead worker's claim expired instead of waiting for it.
 MUTATING_HEARTBEAT_S = 15.0
 
+# Heartbeat timeout of a read that samples for a while (metrics windows): it heartbeats
+# before each scrape and through its waits, and one scrape's own timeout is 10 s.
+READ_HEARTBEAT_S = 15.0
 # Start-to-close timeout of a read that does not heartbeat: a few Kubernetes calls, each
 # bounded by its own 10 s timeout. Without a heartbeat, Temporal notices a dead worker only
 # when this runs out, so it stays short: a crash costs a read no more time than it costs a
