@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
 
 from activities.k8s import build_api_client
 from fleetsim.kube.chaos import ApiFault, Window
@@ -148,41 +149,55 @@ class ReadChaosDrill(Drill):
             self._close_windows()
 
     async def _kill_in_each(self) -> None:
-        assert self.client is not None
         waiting = {f.activity: f for f in self.plan}
         while waiting:
             if self.incidents and self._all_closed():
                 self.missed = list(waiting.values())
                 return
             for workflow_id in list(self.incidents):
-                running = await self._running_first_attempts(workflow_id)
-                for activity_id, name in running:
-                    fault = waiting.pop(name, None)
-                    if fault is not None:
-                        self.killed.append(await self._kill(fault, activity_id))
+                caught = [
+                    (waiting.pop(p.activity_type.name), p)
+                    for p in await self._running_first_attempts(workflow_id)
+                    if p.activity_type.name in waiting
+                ]
+                if caught:
+                    # One kill strikes every planned read running on that worker.
+                    self.killed += await self._kill(caught)
             await asyncio.sleep(POLL_S)
 
-    async def _running_first_attempts(self, workflow_id: str) -> list[tuple[str, str]]:
+    async def _running_first_attempts(self, workflow_id: str) -> list[PendingActivityInfo]:
         assert self.client is not None
         with contextlib.suppress(Exception):  # not started yet: the next poll asks again
             desc = await self.client.get_workflow_handle(workflow_id).describe()
             return [
-                (p.activity_id, p.activity_type.name)
+                p
                 for p in desc.raw_description.pending_activities
                 if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED and p.attempt == 1
             ]
         return []
 
-    async def _kill(self, fault: ReadFault, activity_id: str) -> Killed:
+    async def _kill(self, caught: list[tuple[ReadFault, PendingActivityInfo]]) -> list[Killed]:
         assert self.stack is not None
         pid = stack_faults.kill(self.stack, "worker")
-        window = self._windows.pop(fault.activity, None)
-        if window is not None:
-            window.closes_at = min(window.closes_at, time.monotonic())
+        killed_at = time.time()
+        for fault, _ in caught:
+            window = self._windows.pop(fault.activity, None)
+            if window is not None:
+                window.closes_at = min(window.closes_at, time.monotonic())
         new_pid = await asyncio.to_thread(stack_faults.respawn, self.stack, "worker")
-        return Killed(
-            fault=fault,
-            activity_id=activity_id,
-            wall_s=round(self.elapsed_wall(), 2),
-            detail={"killed_pid": pid, "new_pid": new_pid},
-        )
+        return [
+            Killed(
+                fault=fault,
+                activity_id=pending.activity_id,
+                wall_s=round(self.elapsed_wall(), 2),
+                detail={
+                    "killed_pid": pid,
+                    "new_pid": new_pid,
+                    # How long it had run when the worker died: the margin the polling had.
+                    "running_for_s": round(
+                        killed_at - pending.last_started_time.ToNanoseconds() / 1e9, 3
+                    ),
+                },
+            )
+            for fault, pending in caught
+        ]
