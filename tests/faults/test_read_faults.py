@@ -25,7 +25,7 @@ import pytest_asyncio
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from fleetsim.kube.chaos import ApiFault
+from fleetsim.kube.chaos import ApiFault, Verb
 from tests.drills.checks import files_holding
 from tests.faults.read_chaos import ReadChaosDrill, ReadFault
 from worker.drill import DrillOptions, DrillResult
@@ -37,21 +37,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SPEED = 20.0
 INCIDENT = "replica-loss/serving/inference-llm"
 
-# Every read-only activity a warm-spare recovery runs. assess_loss makes a few quick
-# Kubernetes reads and is the incident's first activity: its first pod list is hung in
-# fleetsim so the worker dies inside it (nothing else lists the pool's pods before it).
+
+def hang_first(verb: Verb, resource: str) -> ApiFault:
+    """Hang the first such request in `serving` until the worker is killed (then closed)."""
+    return ApiFault(
+        answer="timeout",
+        verbs=[verb],
+        resources=[resource],
+        namespaces=["serving"],
+        hang_s=60,
+        for_wall_s=300,
+    )
+
+
+# The read-only activities of a warm-spare recovery. assess_loss and read_routing_state
+# make a few quick Kubernetes reads: each one's first request is one nothing before it
+# makes (the pool's pod list: assess_loss is the incident's first activity; the Service:
+# read_routing_state reads it before deroute does), hung in fleetsim so the worker dies
+# inside it. find_warm_workload and verify_capacity are not here: their first requests
+# (a pod, a Deployment) are also made by the steps before them.
 PLAN = [
-    ReadFault(
-        "assess_loss",
-        ApiFault(
-            answer="timeout",
-            verbs=["list"],
-            resources=["pods"],
-            namespaces=["serving"],
-            hang_s=60,
-            for_wall_s=300,
-        ),
-    ),
+    ReadFault("assess_loss", hang_first("list", "pods")),
+    ReadFault("read_routing_state", hang_first("get", "services")),
     ReadFault("read_pressure"),
     ReadFault("read_replica_rates"),
     ReadFault("warm_up_replica"),
@@ -134,6 +141,8 @@ async def run(ledger_with_password: Ledger) -> AsyncIterator[Run]:
 
 
 def test_the_worker_was_killed_while_each_read_only_activity_ran(run: Run) -> None:
+    # The margin the polling had on each (seconds the activity had run when killed).
+    print({k.fault.activity: k.detail["running_for_s"] for k in run.drill.killed})
     assert run.drill.chaos_error is None
     assert run.drill.missed == []
     assert {k.fault.activity for k in run.drill.killed} == READ_ONLY
