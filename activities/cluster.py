@@ -22,6 +22,7 @@ from temporalio import activity
 
 from activities.common import (
     MUTATING_HEARTBEAT_S,
+    READ_START_TO_CLOSE_S,
     Check,
     EffectRunnerLike,
     MutatingInput,
@@ -137,7 +138,7 @@ class AssessResult(BaseModel):
     revision: str | None = None
 
 
-ASSESS_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
+ASSESS_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 # ---------------------------------------------------------------------------- routing
 
@@ -170,7 +171,7 @@ class RoutingStateResult(BaseModel):
     still_routable: dict[str, str] = Field(default_factory=dict)
 
 
-READ_ROUTING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
+READ_ROUTING_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 
 class DerouteInput(MutatingInput):
@@ -314,7 +315,7 @@ class WarmWorkloadResult(BaseModel):
     reason: str = ""
 
 
-WARM_WORKLOAD_OPTIONS = activity_options(start_to_close=30, max_attempts=10)
+WARM_WORKLOAD_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=10)
 
 
 class LeadTimeInput(BaseModel):
@@ -330,7 +331,7 @@ class LeadTimeResult(BaseModel):
     quantile: float = 0.9
 
 
-LEAD_TIME_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
+LEAD_TIME_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 
 class PendingInput(BaseModel):
@@ -354,7 +355,7 @@ class PendingResult(BaseModel):
     largest_free_block: int
 
 
-PENDING_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
+PENDING_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 
 class ReplacementsInput(BaseModel):
@@ -375,7 +376,7 @@ class ReplacementsResult(BaseModel):
     replacements: list[Replacement] = Field(default_factory=list)
 
 
-REPLACEMENTS_OPTIONS = activity_options(start_to_close=30, max_attempts=8)
+REPLACEMENTS_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 # ---------------------------------------------------------------------------- nodes
 
@@ -457,7 +458,7 @@ class VerifyCapacityResult(BaseModel):
     checks: list[Check]
 
 
-VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=60, max_attempts=8)
+VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 
 # ---------------------------------------------------------------------------- pure logic

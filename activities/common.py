@@ -29,6 +29,18 @@ from ledger.spec import OperationSpec
 # dead worker's claim expired instead of waiting for it.
 MUTATING_HEARTBEAT_S = 15.0
 
+# Heartbeat timeout of a read that samples for a while (metrics windows): it heartbeats
+# before each scrape and through its waits, and one scrape's own timeout is 10 s.
+READ_HEARTBEAT_S = 15.0
+# Start-to-close timeout of a read that does not heartbeat: a few Kubernetes calls, each
+# bounded by its own 10 s timeout (a hung call fails the attempt before this runs out).
+# Without a heartbeat, Temporal notices a dead worker only when this runs out, so it is no
+# longer than a heartbeating step's MUTATING_HEARTBEAT_S: a crash costs a read no more.
+READ_START_TO_CLOSE_S = 15.0
+# The longest an activity without a heartbeat timeout may be given
+# (tests/activities/test_errors_and_options.py holds every activity to it).
+UNHEARTBEATED_MAX_S = 30.0
+
 
 def activity_options(
     *,

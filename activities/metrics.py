@@ -18,7 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import Check, PodRef, activity_options, wait
+from activities.common import (
+    READ_HEARTBEAT_S,
+    Check,
+    PodRef,
+    activity_options,
+    heartbeat,
+    wait,
+)
 from activities.errors import PermanentError, http_errors
 
 # ---------------------------------------------------------------------------- parsing
@@ -206,7 +213,9 @@ class PressureResult(BaseModel):
     thrashing: list[str] = Field(default_factory=list)
 
 
-READ_PRESSURE_OPTIONS = activity_options(start_to_close=60, heartbeat=20, max_attempts=5)
+READ_PRESSURE_OPTIONS = activity_options(
+    start_to_close=60, heartbeat=READ_HEARTBEAT_S, max_attempts=5
+)
 
 
 class RatesInput(BaseModel):
@@ -227,7 +236,7 @@ class RatesResult(BaseModel):
     interval_s: float
 
 
-READ_RATES_OPTIONS = activity_options(start_to_close=90, heartbeat=30, max_attempts=5)
+READ_RATES_OPTIONS = activity_options(start_to_close=90, heartbeat=READ_HEARTBEAT_S, max_attempts=5)
 
 
 class VerifyServingInput(BaseModel):
@@ -248,7 +257,9 @@ class VerifyServingResult(BaseModel):
     checks: list[Check]
 
 
-VERIFY_SERVING_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=5)
+VERIFY_SERVING_OPTIONS = activity_options(
+    start_to_close=300, heartbeat=READ_HEARTBEAT_S, max_attempts=5
+)
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -274,6 +285,9 @@ def sample_window(
 ) -> Window:
     """Scrape every target, wait `interval_s` (heartbeating `details`), scrape again.
 
+    It heartbeats before each scrape too, so however many targets time out in a row, the
+    activity never goes longer than one scrape's timeout without a heartbeat.
+
     Temporal keeps only the last heartbeat's details, so a caller that resumes from them
     passes its progress here rather than letting the wait heartbeat an empty one.
     """
@@ -281,6 +295,7 @@ def sample_window(
     after: dict[str, MetricSnapshot] = {}
     errors: dict[str, str] = {}
     for ref in targets:
+        heartbeat(*details)
         try:
             before[ref.name] = scrape(http, metrics_address(ref), timeout=timeout)
         except Exception as exc:  # one dead survivor must not hide the others' numbers
@@ -290,6 +305,7 @@ def sample_window(
     for ref in targets:
         if ref.name in errors:
             continue
+        heartbeat(*details)
         try:
             after[ref.name] = scrape(http, metrics_address(ref), timeout=timeout)
         except Exception as exc:
@@ -313,6 +329,7 @@ def extend_window(
     for ref in targets:
         if ref.name in errors:
             continue
+        heartbeat()
         try:
             after[ref.name] = scrape(http, metrics_address(ref), timeout=timeout)
         except Exception as exc:

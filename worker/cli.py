@@ -139,6 +139,13 @@ def drill(
             help="No gradual ramp: a replacement takes an equal share once ready (recorded).",
         ),
     ] = False,
+    rbac: Annotated[
+        bool,
+        typer.Option(
+            "--rbac",
+            help="The fleet enforces deploy/rbac.yaml on the worker's token (source checkout).",
+        ),
+    ] = False,
 ) -> None:
     """Run a fleetsim scenario end to end on the real stack and report the outcome."""
     from pydantic import ValidationError
@@ -155,6 +162,7 @@ def drill(
             timeout_s=timeout,
             free_ports=free_ports,
             ramp=not no_ramp,
+            rbac=rbac,
         )
     except ValidationError as exc:
         fail(f"bad option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")

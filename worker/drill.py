@@ -34,6 +34,7 @@ from fleetsim.clock import ScaledClock
 from fleetsim.control import control_app
 from fleetsim.faults import Alert, InjectedFault
 from fleetsim.fleet import Fleet
+from fleetsim.kube.rbac import Authorizer, RbacError, forbidden_message
 from fleetsim.scenario import Scenario, load_scenario
 from worker.drill_channel import IncidentChannel, Notification
 from worker.drill_observe import Observer
@@ -62,6 +63,9 @@ class DrillOptions(BaseModel):
     settle_s: float = Field(5.0, ge=0)
     # False: incidents skip the gradual ramp (FLEETMEND_RAMP), the runbook's baseline.
     ramp: bool = True
+    # The fleet's API server enforces deploy/rbac.yaml: the worker's token is its
+    # ServiceAccount, and every request outside the manifest is refused (403) and counted.
+    rbac: bool = False
 
 
 class StepOutcome(BaseModel):
@@ -112,6 +116,8 @@ class DrillResult(BaseModel):
     # What fleetmend posted to the incident channel (the drill's own webhook).
     notifications: list[Notification] = Field(default_factory=list)
     temporal_ui: str | None = None
+    # With `rbac`: each request the API server refused, as its 403 message words it.
+    forbidden: list[str] = Field(default_factory=list)
 
 
 def _free_port() -> int:
@@ -174,7 +180,17 @@ class Drill:
         self.base_settings = settings
         self.on_progress = on_progress
         self.clock = ScaledClock(options.speed)
-        self.fleet = Fleet(self.scenario, clock=self.clock, kube_token=secrets.token_urlsafe(16))
+        kube_token = secrets.token_urlsafe(16)
+        try:
+            self.authorizer = Authorizer.for_service_account(kube_token) if options.rbac else None
+        except RbacError as exc:
+            raise DrillError(str(exc)) from None
+        self.fleet = Fleet(
+            self.scenario,
+            clock=self.clock,
+            kube_token=kube_token,
+            kube_authorizer=self.authorizer,
+        )
         self.observer = Observer(self.fleet)
         self.channel = IncidentChannel()
         self.channel_url: str | None = None
@@ -450,6 +466,11 @@ class Drill:
         if self.stack is not None and not self.options.keep_up:
             await asyncio.to_thread(self.stack.stop)
         await self.fleet.stop()
+
+    def forbidden(self) -> list[str]:
+        """Every request the API server refused under `rbac`, in its own 403 wording."""
+        denied = self.authorizer.denied if self.authorizer is not None else []
+        return [forbidden_message(r) for r in denied]
 
     def elapsed_wall(self) -> float:
         return time.monotonic() - self._started_wall

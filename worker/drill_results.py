@@ -156,6 +156,7 @@ async def collect_results(drill: Drill) -> DrillResult:
         report_paths=reports,
         notifications=list(drill.channel.received),
         temporal_ui=drill.stack.ui_url if drill.options.keep_up else None,
+        forbidden=drill.forbidden(),
     )
 
 

@@ -25,6 +25,11 @@ import yaml
 RBAC_GROUP = "rbac.authorization.k8s.io"
 AUTHENTICATED = "system:authenticated"
 DISCOVERY_PREFIXES = ("/api", "/apis", "/version", "/openapi", "/healthz", "/readyz", "/livez")
+# The worker's least-privilege manifest. `deploy/` is the operator's, not a Python package:
+# it is read from the source checkout this module sits in (an editable install, tests,
+# drills), never copied into the wheel where the two could drift apart.
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_RBAC = Path("deploy") / "rbac.yaml"
 
 
 class RbacError(ValueError):
@@ -65,6 +70,33 @@ class Binding:
 
 def serviceaccount_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
+
+
+def deploy_rbac_path(root: Path | None = None) -> Path:
+    """`deploy/rbac.yaml` of the source checkout, or an RbacError saying where it looked."""
+    path = (root or REPOSITORY_ROOT) / DEPLOY_RBAC
+    if not path.is_file():
+        raise RbacError(
+            f"{path}: not found. fleetsim enforces the repository's {DEPLOY_RBAC}, which is "
+            "not installed with the package: run from a source checkout "
+            "(pip install -e .) or pass the manifest's path"
+        )
+    return path
+
+
+def service_account_of(path: Path) -> str:
+    """The user name of the one ServiceAccount a manifest like deploy/rbac.yaml creates."""
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as exc:
+        raise RbacError(f"{path}: {exc}") from None
+    accounts = [d.get("metadata") or {} for d in docs if d.get("kind") == "ServiceAccount"]
+    if len(accounts) != 1:
+        raise RbacError(f"{path}: expected one ServiceAccount, found {len(accounts)}")
+    (meta,) = accounts
+    if not meta.get("namespace") or not meta.get("name"):
+        raise RbacError(f"{path}: the ServiceAccount needs metadata.name and metadata.namespace")
+    return serviceaccount_user(str(meta["namespace"]), str(meta["name"]))
 
 
 def user_groups(user: str) -> tuple[str, ...]:
@@ -228,6 +260,12 @@ class Authorizer:
             return cls.from_manifests(docs, tokens)
         except RbacError as exc:
             raise RbacError(f"{path}: {exc}") from None
+
+    @classmethod
+    def for_service_account(cls, token: str, path: Path | None = None) -> Authorizer:
+        """`token` is the manifest's ServiceAccount (deploy/rbac.yaml's by default)."""
+        path = path or deploy_rbac_path()
+        return cls.from_file(path, {token: service_account_of(path)})
 
     def user(self, token: str) -> str | None:
         return self.tokens.get(token)

@@ -31,7 +31,7 @@ from activities.k8s import build_api_client
 from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.fleet import Fleet
 from fleetsim.kube.cluster import Cluster
-from fleetsim.kube.rbac import Authorizer, serviceaccount_user
+from fleetsim.kube.rbac import Authorizer, deploy_rbac_path, service_account_of
 from fleetsim.kube.server import KubeServer
 from fleetsim.scenario import parse_scenario
 from ledger.store import Ledger
@@ -41,7 +41,7 @@ POOL = "llm"
 MODEL = "llama-70b"
 REV = "r7"
 GPUS_PER_REPLICA = 4
-RBAC_PATH = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+RBAC_PATH = deploy_rbac_path()
 
 GROUPS = {"api": ""}
 
@@ -62,9 +62,7 @@ def rbac_rules(path: Path = RBAC_PATH) -> set[tuple[str, str, str]]:
 
 def worker_user(path: Path = RBAC_PATH) -> str:
     """The Kubernetes user name of the ServiceAccount the RBAC file is written for."""
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    (account,) = [d["metadata"] for d in docs if d.get("kind") == "ServiceAccount"]
-    return serviceaccount_user(account["namespace"], account["name"])
+    return service_account_of(path)
 
 
 _PATH = re.compile(

@@ -21,7 +21,7 @@ from activities import (
     build_activities,
 )
 from activities.cluster import ClusterActivities, CordonInput
-from activities.common import API_OUTAGE_S, retry_budget_s
+from activities.common import API_OUTAGE_S, UNHEARTBEATED_MAX_S, retry_budget_s
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 from activities.errors import (
@@ -150,6 +150,20 @@ def test_every_registered_activity_has_timeouts_and_a_retry_policy_beside_it(
     }
     for name in waiting:
         assert ACTIVITY_OPTIONS[name].get("heartbeat_timeout"), name
+
+
+def test_a_dead_worker_costs_any_activity_at_most_thirty_seconds_before_its_retry() -> None:
+    # Temporal notices a dead worker when the heartbeat timeout runs out, or, for an
+    # activity that does not heartbeat, only at its start-to-close timeout.
+    noticed_after = {
+        name: (opts.get("heartbeat_timeout") or opts["start_to_close_timeout"]).total_seconds()
+        for name, opts in ACTIVITY_OPTIONS.items()
+        if opts.get("start_to_close_timeout") is not None
+    }
+    assert set(noticed_after) == set(ACTIVITY_OPTIONS)
+    assert {n: s for n, s in noticed_after.items() if s > UNHEARTBEATED_MAX_S} == {}
+    unheartbeated = {n for n, opts in ACTIVITY_OPTIONS.items() if not opts.get("heartbeat_timeout")}
+    assert {"assess_loss", "verify_capacity"} <= unheartbeated
 
 
 def test_a_throttled_call_waits_the_servers_retry_after_before_its_next_attempt(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from activities.common import PodRef
 from activities.metrics import (
     MetricSnapshot,
     bucket_delta,
@@ -11,6 +14,7 @@ from activities.metrics import (
     histogram_quantile,
     parse_metrics,
     replica_pressure,
+    sample_window,
 )
 from fleetsim.clock import ManualClock
 from fleetsim.engine import Engine, EngineConfig
@@ -127,3 +131,26 @@ def test_thrash_needs_a_rising_queue_a_full_cache_and_preemptions_together(
     )
     assert got is thrash
     assert (len(reasons) == 3) is thrash
+
+
+def test_a_window_heartbeats_before_every_scrape_so_dead_targets_cannot_outlast_it() -> None:
+    # Each target times out on its own clock: without a heartbeat between them, a few dead
+    # ones in a row would outlast the heartbeat timeout and the read would be retried.
+    scraped: list[str] = []
+
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        scraped.append(request.url.host)
+        raise httpx.ConnectTimeout("timed out", request=request)
+
+    beats: list[tuple[object, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    targets = [
+        PodRef(namespace="serving", name=f"p{i}", metrics_url=f"http://10.0.0.{i}:8000")
+        for i in range(3)
+    ]
+    with httpx.Client(transport=httpx.MockTransport(unreachable)) as http:
+        window = env.run(sample_window, http, targets, 0.0, details=("step-2",))
+    assert sorted(window.errors) == ["p0", "p1", "p2"]
+    assert len(scraped) == 3
+    assert beats[:3] == [("step-2",)] * 3

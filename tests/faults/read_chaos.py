@@ -1,0 +1,203 @@
+"""A drill whose worker is SIGKILLed while each read-only activity of the incident runs.
+
+`ReadChaosDrill` is `worker.drill.Drill` plus a watcher beside it. A read changes nothing
+in fleetsim, so there is no write to hold: the watcher polls the incident's pending
+activities (`describe()`, as the Web UI's "Pending Activities" shows them) and, the first
+time an activity of a planned type is running on its first attempt, SIGKILLs the worker
+and starts a new one. Temporal then notices the dead worker at the activity's heartbeat or
+start-to-close timeout and runs the next attempt on the new worker.
+
+An activity that makes a few quick Kubernetes reads would finish between two polls; its
+`ReadFault` names an `ApiFault` window that hangs its first read in fleetsim's API server
+(`fleetsim/kube/chaos.py`), so it is still running when the watcher looks. The window is
+closed before the new worker starts, so the retry reads normally.
+
+At the end, while the fleet still runs, `probe_rbac` asks the API server, with the worker's
+token, for something `deploy/rbac.yaml` does not grant (the list of namespaces), to show
+the RBAC is enforced and not merely unexercised.
+
+After the run, `activity_runs` holds each activity's attempt from the workflow's
+history (the ActivityTaskStarted event records the attempt that ran to the end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
+
+from activities.k8s import build_api_client
+from fleetsim.kube.chaos import ApiFault, Window
+from worker import stack_faults
+from worker.drill import Drill, DrillResult
+from workflows.types import QUERY_STATUS, IncidentStatus
+
+POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class ReadFault:
+    activity: str  # the activity type to kill the worker in, the first time it runs
+    # For an activity too quick to catch between polls: hang its first read in this window.
+    hang: ApiFault | None = None
+
+
+@dataclass
+class Killed:
+    fault: ReadFault
+    activity_id: str
+    wall_s: float  # when the worker was killed, from the drill's start
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActivityRun:
+    activity_id: str
+    activity: str
+    attempt: int
+    completed: bool
+
+
+class ReadChaosDrill(Drill):
+    def __init__(self, *args: Any, plan: list[ReadFault], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = plan
+        self.killed: list[Killed] = []
+        self.missed: list[ReadFault] = []
+        self.final_status: dict[str, IncidentStatus] = {}
+        self.activity_runs: dict[str, list[ActivityRun]] = {}
+        self.chaos_error: str | None = None
+        self.forbidden_during_incident: list[str] = []
+        self.probe: tuple[int, str] | None = None  # the refused request's status and message
+        self._watcher: asyncio.Task[None] | None = None
+        self._windows: dict[str, Window] = {}
+
+    async def start(self) -> None:
+        await super().start()
+        chaos = self.fleet.kube_server.chaos
+        self._windows = {f.activity: chaos.open(f.hang) for f in self.plan if f.hang is not None}
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self._close_windows()
+        await super().close()
+
+    def _close_windows(self) -> None:
+        now = time.monotonic()
+        for window in self._windows.values():
+            window.closes_at = min(window.closes_at, now)
+
+    async def _finish(self) -> DrillResult:
+        assert self.client is not None
+        for workflow_id in self.incidents:
+            handle = self.client.get_workflow_handle(workflow_id)
+            self.final_status[workflow_id] = await handle.query(
+                QUERY_STATUS, result_type=IncidentStatus
+            )
+            self.activity_runs[workflow_id] = await self._activity_runs(workflow_id)
+        self.forbidden_during_incident = self.forbidden()
+        self.probe = await asyncio.to_thread(self._probe_rbac)
+        return await super()._finish()
+
+    def _probe_rbac(self) -> tuple[int, str]:
+        api = build_api_client(host=self.fleet.kube_url, token=self.fleet.kube_token)
+        try:
+            client.CoreV1Api(api).list_namespace()
+        except ApiException as exc:
+            return exc.status, json.loads(exc.body or "{}").get("message", "")
+        finally:
+            api.close()
+        return 200, "listed"
+
+    async def _activity_runs(self, workflow_id: str) -> list[ActivityRun]:
+        assert self.client is not None
+        scheduled: dict[int, tuple[str, str]] = {}
+        started: dict[int, int] = {}
+        completed: set[int] = set()
+        handle = self.client.get_workflow_handle(workflow_id)
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                scheduled[event.event_id] = (attrs.activity_id, attrs.activity_type.name)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                s = event.activity_task_started_event_attributes
+                started[s.scheduled_event_id] = s.attempt
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                completed.add(event.activity_task_completed_event_attributes.scheduled_event_id)
+        return [
+            ActivityRun(activity_id, name, started.get(event_id, 0), event_id in completed)
+            for event_id, (activity_id, name) in scheduled.items()
+        ]
+
+    async def _watch(self) -> None:
+        try:
+            await self._kill_in_each()
+        except Exception as exc:
+            # A fault that could not be injected must not leave reads hanging: the drill
+            # goes on without the rest of the plan, and the tests report why.
+            self.chaos_error = f"{type(exc).__name__}: {exc}"
+            self._close_windows()
+
+    async def _kill_in_each(self) -> None:
+        waiting = {f.activity: f for f in self.plan}
+        while waiting:
+            if self.incidents and self._all_closed():
+                self.missed = list(waiting.values())
+                return
+            for workflow_id in list(self.incidents):
+                caught = [
+                    (waiting.pop(p.activity_type.name), p)
+                    for p in await self._running_first_attempts(workflow_id)
+                    if p.activity_type.name in waiting
+                ]
+                if caught:
+                    # One kill strikes every planned read running on that worker.
+                    self.killed += await self._kill(caught)
+            await asyncio.sleep(POLL_S)
+
+    async def _running_first_attempts(self, workflow_id: str) -> list[PendingActivityInfo]:
+        assert self.client is not None
+        with contextlib.suppress(Exception):  # not started yet: the next poll asks again
+            desc = await self.client.get_workflow_handle(workflow_id).describe()
+            return [
+                p
+                for p in desc.raw_description.pending_activities
+                if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED and p.attempt == 1
+            ]
+        return []
+
+    async def _kill(self, caught: list[tuple[ReadFault, PendingActivityInfo]]) -> list[Killed]:
+        assert self.stack is not None
+        pid = stack_faults.kill(self.stack, "worker")
+        killed_at = time.time()
+        for fault, _ in caught:
+            window = self._windows.pop(fault.activity, None)
+            if window is not None:
+                window.closes_at = min(window.closes_at, time.monotonic())
+        new_pid = await asyncio.to_thread(stack_faults.respawn, self.stack, "worker")
+        return [
+            Killed(
+                fault=fault,
+                activity_id=pending.activity_id,
+                wall_s=round(self.elapsed_wall(), 2),
+                detail={
+                    "killed_pid": pid,
+                    "new_pid": new_pid,
+                    # How long it had run when the worker died: the margin the polling had.
+                    "running_for_s": round(
+                        killed_at - pending.last_started_time.ToNanoseconds() / 1e9, 3
+                    ),
+                },
+            )
+            for fault, pending in caught
+        ]

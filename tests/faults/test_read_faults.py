@@ -1,0 +1,208 @@
+"""An incident survives its worker being SIGKILLed in every read-only step, run under the
+worker's least-privilege RBAC, and no secret leaks into a log, a report or the status query.
+
+One `replica-lost` drill on the real stack (`tests/faults/read_chaos.py`): the first time
+each read-only activity type runs, the worker is SIGKILLed mid-activity and a new one
+started; Temporal retries the read on it once the dead worker's heartbeat or start-to-close
+timeout runs out. fleetsim's API server enforces `deploy/rbac.yaml` for the worker's token
+(the drill's `rbac` option), and the ledger is a PostgreSQL database whose role must log in
+with a recognisable password. The drill runs once for the module; each test reads one
+property of it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import pytest_asyncio
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from fleetsim.kube.chaos import ApiFault, Verb
+from tests.drills.checks import files_holding
+from tests.faults.read_chaos import ReadChaosDrill, ReadFault
+from worker.drill import DrillOptions, DrillResult
+from worker.postgres import libpq_uri
+from worker.settings import load_settings
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SPEED = 20.0
+INCIDENT = "replica-loss/serving/inference-llm"
+
+
+def hang_first(verb: Verb, resource: str) -> ApiFault:
+    """Hang the first such request in `serving` until the worker is killed (then closed)."""
+    return ApiFault(
+        answer="timeout",
+        verbs=[verb],
+        resources=[resource],
+        namespaces=["serving"],
+        hang_s=60,
+        for_wall_s=300,
+    )
+
+
+# The read-only activities of a warm-spare recovery. assess_loss and read_routing_state
+# make a few quick Kubernetes reads: each one's first request is one nothing before it
+# makes (the pool's pod list: assess_loss is the incident's first activity; the Service:
+# read_routing_state reads it before deroute does), hung in fleetsim so the worker dies
+# inside it. find_warm_workload and verify_capacity are not here: their first requests
+# (a pod, a Deployment) are also made by the steps before them.
+PLAN = [
+    ReadFault("assess_loss", hang_first("list", "pods")),
+    ReadFault("read_routing_state", hang_first("get", "services")),
+    ReadFault("read_pressure"),
+    ReadFault("read_replica_rates"),
+    ReadFault("warm_up_replica"),
+    ReadFault("verify_serving"),
+]
+READ_ONLY = {f.activity for f in PLAN}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    url: str
+    password: str
+
+
+@pytest.fixture(scope="module")
+def ledger_with_password(pg_admin_url: str) -> Iterator[Ledger]:
+    """A database owned by a role that must give its password, even on the local socket."""
+    suffix = secrets.token_hex(4)
+    role = database = f"fleetmend_drill_{suffix}"
+    password = f"Recognisable-Pw-{secrets.token_hex(8)}"
+    admin = libpq_uri(pg_admin_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(role)
+            )
+        )
+        row = conn.execute("SHOW hba_file").fetchone()
+        assert row is not None
+        hba = Path(row[0])
+        original = hba.read_text()
+        # First match wins: this role authenticates with its password, everyone else as before.
+        hba.write_text(f"local {database} {role} scram-sha-256\n" + original)
+        conn.execute("SELECT pg_reload_conf()")
+    url = make_url(pg_admin_url).set(username=role, password=password, database=database)
+    try:
+        yield Ledger(url.render_as_string(hide_password=False), password)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            hba.write_text(original)
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+class Run:
+    def __init__(self, drill: ReadChaosDrill, result: DrillResult, ledger: Ledger) -> None:
+        self.drill = drill
+        self.result = result
+        self.ledger = ledger
+        self.status = drill.final_status[INCIDENT]
+        self.activities = drill.activity_runs[INCIDENT]
+        self.writes = drill.fleet.kube_server.mutations.summary()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def run(ledger_with_password: Ledger) -> AsyncIterator[Run]:
+    options = DrillOptions(
+        scenario="replica-lost",
+        speed=SPEED,
+        free_ports=True,
+        auto_approve=True,
+        timeout_s=420,
+        rbac=True,
+    )
+    state_dir = Path(tempfile.mkdtemp(prefix="fleetmend-read-faults-"))
+    settings = load_settings(state_dir=state_dir, database_url=ledger_with_password.url)
+    drill = ReadChaosDrill(settings, options, plan=PLAN)
+    try:
+        yield Run(drill, await drill.run(), ledger_with_password)
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_the_worker_was_killed_while_each_read_only_activity_ran(run: Run) -> None:
+    # The margin the polling had on each (seconds the activity had run when killed).
+    print({k.fault.activity: k.detail["running_for_s"] for k in run.drill.killed})
+    assert run.drill.chaos_error is None
+    assert run.drill.missed == []
+    assert {k.fault.activity for k in run.drill.killed} == READ_ONLY
+    assert all(k.detail["new_pid"] != k.detail["killed_pid"] for k in run.drill.killed)
+
+
+def test_the_incident_completes_and_recovers(run: Run) -> None:
+    (incident,) = run.result.incidents
+    assert (incident.status, incident.outcome) == ("COMPLETED", "recovered")
+    assert set(run.result.routed_after_deroute.values()) == {0}
+
+
+def test_the_history_shows_each_killed_read_completed_on_a_later_attempt(run: Run) -> None:
+    by_id = {a.activity_id: a for a in run.activities}
+    retried = {
+        k.fault.activity: (by_id[k.activity_id].attempt, by_id[k.activity_id].completed)
+        for k in run.drill.killed
+    }
+    assert retried == {name: (retried[name][0], True) for name in READ_ONLY}
+    assert {name: n for name, (n, _) in retried.items() if n < 2} == {}
+
+
+def test_no_effect_was_applied_twice(run: Run) -> None:
+    per_object: dict[str, int] = run.writes["by_op_id_and_object"]
+    assert per_object, "no stamped write reached fleetsim"
+    assert {k: n for k, n in per_object.items() if n != 1} == {}
+    effects = run.result.effects
+    assert (effects.duplicates, effects.orphans, effects.drift) == (0, 0, 0)
+    assert run.result.duplicate_actions == 0
+
+
+def test_the_worker_needed_nothing_outside_its_rbac(run: Run) -> None:
+    assert run.drill.authorizer is not None
+    assert run.drill.forbidden_during_incident == []
+
+
+def test_the_api_server_refused_the_workers_token_a_verb_outside_its_rbac(run: Run) -> None:
+    assert run.drill.probe is not None
+    status, message = run.drill.probe
+    assert status == 403
+    assert message.startswith('namespaces is forbidden: User "system:serviceaccount:fleetmend:')
+    assert 'cannot list resource "namespaces"' in message
+    assert run.result.forbidden == [message]
+
+
+def test_the_ledgers_role_really_needs_its_password(run: Run) -> None:
+    wrong = make_url(run.ledger.url).set(password="not-" + run.ledger.password)
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(libpq_uri(wrong.render_as_string(hide_password=False))).close()
+
+
+def test_no_secret_reaches_a_log_a_report_or_the_status_query(run: Run) -> None:
+    found = {
+        "database password": run.ledger.password,
+        "intake token": run.drill.token,
+        "kube token": str(run.drill.fleet.kube_token),
+    }
+    logs = list((run.drill.run_dir / "logs").glob("*"))
+    assert logs and all(p.stat().st_size > 0 for p in logs if p.name.startswith("worker"))
+    assert run.result.report_paths
+    assert files_holding(run.drill.run_dir, found, allowed={"kubeconfig"}) == []
+    status = run.status.model_dump_json()
+    assert "timeline" in status and [n for n, v in found.items() if v in status] == []
