@@ -18,12 +18,19 @@ KEEP_LAST = 15
 
 
 def note_retry(evidence: dict[str, Any], report: AttemptFailed) -> None:
-    """Record one failed attempt in a timeline entry's evidence (bounded)."""
-    evidence["failed_attempts"] = int(evidence.get("failed_attempts", 0)) + 1
+    """Record one failed attempt in a timeline entry's evidence (bounded, each once)."""
     retries: list[dict[str, Any]] = evidence.setdefault("retries", [])
+    # The attempt that failed and the worker that retried it can both report it.
+    if report.activity_id is not None and any(
+        r.get("activity_id") == report.activity_id and r["attempt"] == report.attempt
+        for r in retries
+    ):
+        return
+    evidence["failed_attempts"] = int(evidence.get("failed_attempts", 0)) + 1
     retries.append(
         {
             "activity": report.activity,
+            "activity_id": report.activity_id,
             "attempt": report.attempt,
             "failure": report.failure[:500],
             "retry_in_s": report.retry_in_s,

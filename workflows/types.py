@@ -93,6 +93,9 @@ class AttemptFailed(BaseModel):
     failure: str
     retry_in_s: float | None = None  # the server's Retry-After, when it sent one
     final: bool = False  # the retry policy has no attempt left
+    # Temporal's id of the activity, the same in all its attempts: two reports of one
+    # attempt (by the attempt itself and by its retry) are one failure.
+    activity_id: str | None = None
 
 
 class AlertResolved(BaseModel):

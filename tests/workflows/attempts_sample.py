@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import activity, workflow
@@ -40,5 +41,26 @@ class RetriedThenDone:
             failures,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5),
+        )
+        return self.reports
+
+
+@activity.defn
+async def stalls_once() -> int:
+    """Its first attempt never answers, as if its worker had been killed mid-call."""
+    attempt = activity.info().attempt
+    if attempt == 1:
+        await asyncio.sleep(30)
+    return attempt
+
+
+@workflow.defn
+class StalledThenDone(RetriedThenDone):
+    @workflow.run
+    async def run(self, failures: int) -> list[AttemptFailed]:
+        await workflow.execute_activity(
+            stalls_once,
+            start_to_close_timeout=timedelta(seconds=1),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
         )
         return self.reports

@@ -17,8 +17,19 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.errors import PermanentError, TemporaryError
-from tests.workflows.attempts_sample import RetriedThenDone, flaky_patch
-from worker.attempts import AttemptReporter, attempt_report, is_last_attempt, will_retry
+from tests.workflows.attempts_sample import (
+    RetriedThenDone,
+    StalledThenDone,
+    flaky_patch,
+    stalls_once,
+)
+from worker.attempts import (
+    NO_RESULT,
+    AttemptReporter,
+    attempt_report,
+    is_last_attempt,
+    will_retry,
+)
 from workflows.retries import KEEP_FIRST, KEEP_LAST, note_retry
 from workflows.types import AttemptFailed
 
@@ -35,8 +46,12 @@ def info(attempt: int, policy: RetryPolicy | None = POLICY) -> activity.Info:
     )
 
 
-def failed(attempt: int, failure: str = "kubernetes patch pod serving/a: 500") -> AttemptFailed:
-    return AttemptFailed(activity="deroute_replica", attempt=attempt, failure=failure)
+def failed(
+    attempt: int, failure: str = "kubernetes patch pod serving/a: 500", activity_id: str = "7"
+) -> AttemptFailed:
+    return AttemptFailed(
+        activity="deroute_replica", attempt=attempt, failure=failure, activity_id=activity_id
+    )
 
 
 def test_a_temporary_error_reports_its_attempt_message_and_the_servers_retry_after() -> None:
@@ -48,6 +63,7 @@ def test_a_temporary_error_reports_its_attempt_message_and_the_servers_retry_aft
         failure="kubernetes patch pod serving/a: 429",
         retry_in_s=4.0,
         final=False,
+        activity_id=info(3).activity_id,
     )
 
 
@@ -107,24 +123,47 @@ def test_a_very_long_failure_message_is_cut() -> None:
 async def test_the_worker_signals_each_failed_attempt_to_its_workflow_before_the_retry(
     ts_env: WorkflowEnvironment,
 ) -> None:
-    task_queue = f"tq-{uuid.uuid4()}"
-    reporter = AttemptReporter(ts_env.client, workflow_types=frozenset({"RetriedThenDone"}))
-    async with Worker(
-        ts_env.client,
-        task_queue=task_queue,
-        workflows=[RetriedThenDone],
-        activities=[flaky_patch],
-        interceptors=[reporter],
-    ):
-        reports = await ts_env.client.execute_workflow(
-            RetriedThenDone.run,
-            2,
-            id=f"retried-{uuid.uuid4()}",
-            task_queue=task_queue,
-            result_type=list[AttemptFailed],
-        )
+    reports = await run_reported(ts_env, RetriedThenDone, flaky_patch)
+    # Each failure once: the retries on the same worker know it reported them.
     assert [(r.activity, r.attempt, r.retry_in_s, r.final) for r in reports] == [
         ("flaky_patch", 1, 2.0, False),
         ("flaky_patch", 2, 2.0, False),
     ]
     assert reports[1].failure.endswith("429 Too Many Requests (attempt 2)")
+
+
+def test_one_attempt_reported_by_itself_and_by_its_retry_counts_once() -> None:
+    evidence: dict[str, Any] = {}
+    note_retry(evidence, failed(1))
+    note_retry(evidence, failed(1, "no result: the worker running it was lost"))
+    note_retry(evidence, failed(1, activity_id="8"))  # another activity's first attempt
+    assert evidence["failed_attempts"] == 2
+    assert [(r["activity_id"], r["attempt"]) for r in evidence["retries"]] == [("7", 1), ("8", 1)]
+
+
+async def run_reported(
+    env: WorkflowEnvironment, workflow: Any, activity_fn: Any
+) -> list[AttemptFailed]:
+    task_queue = f"tq-{uuid.uuid4()}"
+    reporter = AttemptReporter(env.client, workflow_types=frozenset({workflow.__name__}))
+    async with Worker(
+        env.client,
+        task_queue=task_queue,
+        workflows=[workflow],
+        activities=[activity_fn],
+        interceptors=[reporter],
+    ):
+        return await env.client.execute_workflow(
+            workflow.run,
+            2,
+            id=f"retried-{uuid.uuid4()}",
+            task_queue=task_queue,
+            result_type=list[AttemptFailed],
+        )
+
+
+async def test_an_attempt_that_never_came_back_is_reported_by_the_attempt_that_retries_it(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    reports = await run_reported(ts_env, StalledThenDone, stalls_once)
+    assert [(r.activity, r.attempt, r.failure) for r in reports] == [("stalls_once", 1, NO_RESULT)]
