@@ -6,8 +6,10 @@ split is unit-tested without a server; `fetch_rows` is the only I/O.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -17,19 +19,21 @@ from temporalio.client import Client
 @dataclass(frozen=True)
 class Row:
     event_id: int
-    kind: str  # "started", "scheduled", "activity-started", "completed"
-    at: float  # wall-clock seconds (server time)
+    kind: str  # "started", "scheduled", "completed", "local"
+    at: float  # wall-clock seconds (server time); a local activity's completion
     activity: str = ""
     scheduled_id: int = 0
+    began: float = 0.0  # a local activity's schedule time (worker clock)
 
 
 def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, float]:
     """Seconds from the alert POST to the endpoint out, by phase.
 
     `intake -> workflow started`; per activity type, scheduled -> completed (its queue wait
-    and run); `workflow tasks and gaps` is the rest, the time between activities.
-    Activities scheduled after `out_at` are not part of it; one still running at `out_at`
-    (the deroute itself confirming) counts up to `out_at`.
+    and run); per local activity type (`local activity X`), its schedule -> completion as
+    its marker records them; `workflow tasks and gaps` is the rest, the time between
+    activities. Activities scheduled after `out_at` are not part of it; one still running
+    at `out_at` (the deroute itself confirming) counts up to `out_at`.
     """
     phases: dict[str, float] = {}
     started = next((r.at for r in rows if r.kind == "started"), None)
@@ -42,6 +46,10 @@ def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, 
         end = min(ends.get(event_id, out_at), out_at)
         name = f"activity {row.activity}"
         phases[name] = phases.get(name, 0.0) + max(0.0, end - row.at)
+    for row in rows:
+        if row.kind == "local" and row.began <= out_at:
+            name = f"local activity {row.activity}"
+            phases[name] = phases.get(name, 0.0) + max(0.0, min(row.at, out_at) - row.began)
     accounted = sum(phases.values())
     phases["workflow tasks and gaps"] = max(0.0, (out_at - posted_at) - accounted)
     return phases
@@ -71,7 +79,38 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             rows.append(Row(event.event_id, "scheduled", at, activity=name))
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            local = local_activity_row(event.event_id, event.marker_recorded_event_attributes)
+            if local is not None:
+                rows.append(local)
         elif kind in _ACTIVITY_ENDS:
             attrs: Any = getattr(event, _ACTIVITY_ENDS[kind])
             rows.append(Row(event.event_id, "completed", at, scheduled_id=attrs.scheduled_event_id))
     return rows
+
+
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def local_activity_row(event_id: int, marker: Any) -> Row | None:
+    """A local activity's marker as a row; None for any other marker (patches...).
+
+    The SDK writes the marker's `data` as JSON: the activity type, when it was first
+    scheduled and when it completed (RFC 3339), so its run shows without a task queue.
+    """
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
+        return None
+    data = json.loads(marker.details["data"].payloads[0].data)
+    return Row(
+        event_id,
+        "local",
+        _seconds(data["complete_time"]),
+        activity=str(data["activity_type"]),
+        began=_seconds(data["original_schedule_time"]),
+    )
+
+
+def _seconds(stamp: Any) -> float:
+    if isinstance(stamp, dict):
+        return float(stamp.get("seconds", 0)) + float(stamp.get("nanos", 0)) / 1e9
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()

@@ -82,3 +82,21 @@ def test_median_phases_count_a_missing_phase_as_zero() -> None:
     splits = [{"a": 1.0, "b": 2.0}, {"a": 3.0}, {"a": 5.0, "b": 4.0}]
 
     assert median_phases(splits) == {"a": 3.0, "b": 2.0}
+
+
+def test_local_activities_count_from_their_schedule_to_their_completion() -> None:
+    rows = [
+        Row(1, "started", 100.05),
+        Row(4, "local", 100.25, activity="assess_loss", began=100.10),
+        Row(5, "local", 100.30, activity="read_routing_state", began=100.25),
+        Row(6, "scheduled", 100.32, activity="deroute_replica"),
+        Row(9, "local", 101.50, activity="read_routing_state", began=101.40),
+    ]
+
+    phases = split_phases(rows, posted_at=100.0, out_at=100.40)
+
+    assert phases["local activity assess_loss"] == pytest.approx(0.15)
+    # Only the read before the endpoint left; a later one is not part of the time.
+    assert phases["local activity read_routing_state"] == pytest.approx(0.05)
+    assert phases["activity deroute_replica"] == pytest.approx(0.08)
+    assert sum(phases.values()) == pytest.approx(0.40)
