@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -71,6 +70,7 @@ _ACTIVITY_ENDS = {
 
 async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
     rows: list[Row] = []
+    task_started = 0.0
     async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
         at = event.event_time.ToMicroseconds() / 1e6
         kind = event.event_type
@@ -79,8 +79,11 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             rows.append(Row(event.event_id, "scheduled", at, activity=name))
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            task_started = at
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-            local = local_activity_row(event.event_id, event.marker_recorded_event_attributes)
+            marker = event.marker_recorded_event_attributes
+            local = local_activity_row(event.event_id, marker, task_started)
             if local is not None:
                 rows.append(local)
         elif kind in _ACTIVITY_ENDS:
@@ -92,25 +95,16 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 
-def local_activity_row(event_id: int, marker: Any) -> Row | None:
+def local_activity_row(event_id: int, marker: Any, task_started: float) -> Row | None:
     """A local activity's marker as a row; None for any other marker (patches...).
 
-    The SDK writes the marker's `data` as JSON: the activity type, when it was first
-    scheduled and when it completed (RFC 3339), so its run shows without a task queue.
+    The SDK writes the marker's `data` as JSON. Its `complete_time` is the start of the
+    workflow task the activity ran in plus the activity's run time, so the row spans
+    that start to `complete_time`: the run, without a task-queue wait (there is none).
     """
     if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
         return None
     data = json.loads(marker.details["data"].payloads[0].data)
-    return Row(
-        event_id,
-        "local",
-        _seconds(data["complete_time"]),
-        activity=str(data["activity_type"]),
-        began=_seconds(data["original_schedule_time"]),
-    )
-
-
-def _seconds(stamp: Any) -> float:
-    if isinstance(stamp, dict):
-        return float(stamp.get("seconds", 0)) + float(stamp.get("nanos", 0)) / 1e9
-    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    complete = data["complete_time"]
+    at = float(complete.get("seconds", 0)) + float(complete.get("nanos", 0)) / 1e9
+    return Row(event_id, "local", at, activity=str(data["activity_type"]), began=task_started)

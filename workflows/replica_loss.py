@@ -372,6 +372,10 @@ class ReplicaLossWorkflow:
         # endpoint is out: the dead endpoint is more urgent than the message.
         deroute_first = workflow.patched("deroute-first")
         if deroute_first:
+            # Every patch this path takes is marked before its first local activity: a patch
+            # marker that follows a local activity's result inside one workflow task does
+            # not replay (the SDK reports it as nondeterminism).
+            workflow.patched(PATCH_RATES_AFTER_DEROUTE)
             result = await workflow.execute_local_activity_method(
                 ClusterActivities.assess_loss, request, **local_options(ASSESS_OPTIONS)
             )

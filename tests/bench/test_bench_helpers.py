@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from google.protobuf import json_format
+from temporalio.api.history.v1 import MarkerRecordedEventAttributes
 
 from bench.fleet_stack import (
     REPLICAS_PER_POOL,
@@ -11,8 +16,10 @@ from bench.fleet_stack import (
     percentile,
     proc_memory_kib,
 )
-from bench.history_phases import Row, median_phases, split_phases
+from bench.history_phases import Row, local_activity_row, median_phases, split_phases
 from fleetsim.scenario import parse_scenario
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
 def test_the_generated_fleet_is_a_valid_scenario_with_every_group_in_its_own_namespaces() -> None:
@@ -100,3 +107,24 @@ def test_local_activities_count_from_their_schedule_to_their_completion() -> Non
     assert phases["local activity read_routing_state"] == pytest.approx(0.05)
     assert phases["activity deroute_replica"] == pytest.approx(0.08)
     assert sum(phases.values()) == pytest.approx(0.40)
+
+
+def test_a_local_activity_marker_becomes_a_row_from_its_workflow_task_start() -> None:
+    history = json.loads((HISTORIES / "deroute_first.run1.json").read_text())
+    markers = [
+        (e["eventId"], e["markerRecordedEventAttributes"])
+        for e in history["events"]
+        if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"
+    ]
+    rows = []
+    for event_id, attributes in markers:
+        marker = MarkerRecordedEventAttributes()
+        json_format.ParseDict(attributes, marker)
+        row = local_activity_row(event_id, marker, task_started=10.0)
+        if row is not None:
+            rows.append(row)
+
+    assert [r.activity for r in rows][:2] == ["assess_loss", "read_routing_state"]
+    assert all(r.kind == "local" and r.began == 10.0 and r.at > 1e9 for r in rows)
+    # A patch marker is not an activity.
+    assert len(rows) < len(markers)
