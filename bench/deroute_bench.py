@@ -111,6 +111,7 @@ async def where_the_time_goes(bench: BenchStack, incidents: list[dict[str, Any]]
         "median": median_phases(splits),
         "slowest_tenth_median": median_phases(tail),
         "slowest": splits[-1] | {"total": timed[-1]["seconds"]},
+        "slowest_pool": timed[-1]["pool"],
     }
 
 
@@ -198,7 +199,10 @@ def print_table(f: dict[str, Any]) -> None:
     print(f"\nCPU used during the incidents: {cpu} (PostgreSQL not counted)")
     phases = f["phases_s"]
     if phases:
-        print("\nwhere the time goes (per incident, from the Temporal histories):\n")
+        print(
+            "\nwhere the time goes (per incident, from the Temporal histories; "
+            f"the slowest is {phases['slowest_pool']}):\n"
+        )
         print("| phase | median ms | slowest tenth, median ms | slowest ms |")
         print("|---|---:|---:|---:|")
         names = dict.fromkeys([*phases["median"], *phases["slowest"]])

@@ -18,7 +18,7 @@ from temporalio.client import Client
 @dataclass(frozen=True)
 class Row:
     event_id: int
-    kind: str  # "started", "scheduled", "completed", "local"
+    kind: str  # "started", "scheduled", "activity-started", "completed", "local"
     at: float  # wall-clock seconds (server time); a local activity's completion
     activity: str = ""
     scheduled_id: int = 0
@@ -28,8 +28,8 @@ class Row:
 def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, float]:
     """Seconds from the alert POST to the endpoint out, by phase.
 
-    `intake -> workflow started`; per activity type, scheduled -> completed (its queue wait
-    and run); per local activity type (`local activity X`), its schedule -> completion as
+    `intake -> workflow started`; per activity type, `queued` (scheduled -> started: the
+    task queue's dispatch) and `running` (started -> completed); per local activity type (`local activity X`), its schedule -> completion as
     its marker records them; `workflow tasks and gaps` is the rest, the time between
     activities. Activities scheduled after `out_at` are not part of it; one still running
     at `out_at` (the deroute itself confirming) counts up to `out_at`.
@@ -40,11 +40,15 @@ def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, 
         return {"intake -> workflow started": out_at - posted_at}
     phases["intake -> workflow started"] = max(0.0, started - posted_at)
     scheduled = {r.event_id: r for r in rows if r.kind == "scheduled" and r.at <= out_at}
+    starts = {r.scheduled_id: r.at for r in rows if r.kind == "activity-started"}
     ends = {r.scheduled_id: r.at for r in rows if r.kind == "completed"}
     for event_id, row in scheduled.items():
         end = min(ends.get(event_id, out_at), out_at)
-        name = f"activity {row.activity}"
-        phases[name] = phases.get(name, 0.0) + max(0.0, end - row.at)
+        # Without a started event (still running at the end of the history) it all ran.
+        start = min(max(starts.get(event_id, row.at), row.at), end)
+        for part, seconds in (("queued", start - row.at), ("running", end - start)):
+            name = f"activity {row.activity}: {part}"
+            phases[name] = phases.get(name, 0.0) + max(0.0, seconds)
     for row in rows:
         if row.kind == "local" and row.began <= out_at:
             name = f"local activity {row.activity}"
@@ -86,6 +90,9 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
             local = local_activity_row(event.event_id, marker, task_started)
             if local is not None:
                 rows.append(local)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes.scheduled_event_id
+            rows.append(Row(event.event_id, "activity-started", at, scheduled_id=started))
         elif kind in _ACTIVITY_ENDS:
             attrs: Any = getattr(event, _ACTIVITY_ENDS[kind])
             rows.append(Row(event.event_id, "completed", at, scheduled_id=attrs.scheduled_event_id))

@@ -63,8 +63,10 @@ def test_the_time_to_deroute_splits_into_intake_activities_and_the_rest() -> Non
     rows = [
         Row(1, "started", 100.05),
         Row(5, "scheduled", 100.10, activity="assess_loss"),
+        Row(6, "activity-started", 100.12, scheduled_id=5),
         Row(7, "completed", 100.30, scheduled_id=5),
         Row(11, "scheduled", 100.40, activity="deroute_replica"),
+        Row(12, "activity-started", 100.45, scheduled_id=11),
         Row(13, "completed", 100.90, scheduled_id=11),
         Row(17, "scheduled", 101.00, activity="protect"),
     ]
@@ -72,10 +74,12 @@ def test_the_time_to_deroute_splits_into_intake_activities_and_the_rest() -> Non
     phases = split_phases(rows, posted_at=100.0, out_at=100.60)
 
     assert phases["intake -> workflow started"] == pytest.approx(0.05)
-    assert phases["activity assess_loss"] == pytest.approx(0.20)
+    assert phases["activity assess_loss: queued"] == pytest.approx(0.02)
+    assert phases["activity assess_loss: running"] == pytest.approx(0.18)
     # Still confirming when the endpoint left: counted up to that moment only.
-    assert phases["activity deroute_replica"] == pytest.approx(0.20)
-    assert "activity protect" not in phases
+    assert phases["activity deroute_replica: queued"] == pytest.approx(0.05)
+    assert phases["activity deroute_replica: running"] == pytest.approx(0.15)
+    assert "activity protect: queued" not in phases
     assert sum(phases.values()) == pytest.approx(0.60)
 
 
@@ -105,7 +109,9 @@ def test_local_activities_count_from_their_schedule_to_their_completion() -> Non
     assert phases["local activity assess_loss"] == pytest.approx(0.15)
     # Only the read before the endpoint left; a later one is not part of the time.
     assert phases["local activity read_routing_state"] == pytest.approx(0.05)
-    assert phases["activity deroute_replica"] == pytest.approx(0.08)
+    # No started event yet (the history was read mid-attempt): all of it counts as running.
+    assert phases["activity deroute_replica: running"] == pytest.approx(0.08)
+    assert phases["activity deroute_replica: queued"] == 0
     assert sum(phases.values()) == pytest.approx(0.40)
 
 

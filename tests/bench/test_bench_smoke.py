@@ -40,7 +40,7 @@ async def test_every_incident_is_derouted_and_its_time_is_split_by_phase(
     assert figures["floor_samples"] == 3
     assert figures["p99_s"] >= figures["p50_s"] > 0
     phases = await deroute_bench.where_the_time_goes(bench, incidents)
-    assert "activity deroute_replica" in phases["median"]
+    assert "activity deroute_replica: running" in phases["median"]
     assert "intake -> workflow started" in phases["median"]
     # The reads before the deroute run locally, with no task-queue round trip.
     assert "local activity assess_loss" in phases["median"]
