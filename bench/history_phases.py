@@ -22,17 +22,18 @@ class Row:
     at: float  # wall-clock seconds (server time); a local activity's completion
     activity: str = ""
     scheduled_id: int = 0
-    began: float = 0.0  # a local activity's schedule time (worker clock)
+    began: float = 0.0  # a local activity's first schedule (worker clock)
 
 
 def split_phases(rows: list[Row], posted_at: float, out_at: float) -> dict[str, float]:
     """Seconds from the alert POST to the endpoint out, by phase.
 
     `intake -> workflow started`; per activity type, `queued` (scheduled -> started: the
-    task queue's dispatch) and `running` (started -> completed); per local activity type (`local activity X`), its schedule -> completion as
-    its marker records them; `workflow tasks and gaps` is the rest, the time between
-    activities. Activities scheduled after `out_at` are not part of it; one still running
-    at `out_at` (the deroute itself confirming) counts up to `out_at`.
+    task queue's dispatch) and `running` (started -> completed); per local activity type
+    (`local activity X`), its schedule -> completion as its marker records them;
+    `workflow tasks and gaps` is the rest, the time between activities. Activities
+    scheduled after `out_at` are not part of it; one still running at `out_at` (the
+    deroute itself confirming) counts up to `out_at`.
     """
     phases: dict[str, float] = {}
     started = next((r.at for r in rows if r.kind == "started"), None)
@@ -74,7 +75,6 @@ _ACTIVITY_ENDS = {
 
 async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
     rows: list[Row] = []
-    task_started = 0.0
     async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
         at = event.event_time.ToMicroseconds() / 1e6
         kind = event.event_type
@@ -83,11 +83,8 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
             rows.append(Row(event.event_id, "scheduled", at, activity=name))
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            task_started = at
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-            marker = event.marker_recorded_event_attributes
-            local = local_activity_row(event.event_id, marker, task_started)
+            local = local_activity_row(event.event_id, event.marker_recorded_event_attributes)
             if local is not None:
                 rows.append(local)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -102,16 +99,23 @@ async def fetch_rows(client: Client, workflow_id: str) -> list[Row]:
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 
-def local_activity_row(event_id: int, marker: Any, task_started: float) -> Row | None:
+def local_activity_row(event_id: int, marker: Any) -> Row | None:
     """A local activity's marker as a row; None for any other marker (patches...).
 
-    The SDK writes the marker's `data` as JSON. Its `complete_time` is the start of the
-    workflow task the activity ran in plus the activity's run time, so the row spans
-    that start to `complete_time`: the run, without a task-queue wait (there is none).
+    The SDK writes the marker's `data` as JSON: when the activity was first scheduled and
+    when it completed (the worker's clock), so its run shows without a task queue.
     """
     if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
         return None
     data = json.loads(marker.details["data"].payloads[0].data)
-    complete = data["complete_time"]
-    at = float(complete.get("seconds", 0)) + float(complete.get("nanos", 0)) / 1e9
-    return Row(event_id, "local", at, activity=str(data["activity_type"]), began=task_started)
+    return Row(
+        event_id,
+        "local",
+        _seconds(data["complete_time"]),
+        activity=str(data["activity_type"]),
+        began=_seconds(data["original_schedule_time"]),
+    )
+
+
+def _seconds(stamp: dict[str, Any]) -> float:
+    return float(stamp.get("seconds", 0)) + float(stamp.get("nanos", 0)) / 1e9
