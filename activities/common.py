@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.workflow import ActivityConfig
+from temporalio.workflow import ActivityConfig, LocalActivityConfig
 
 from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError, policy_backoff
 from ledger.errors import LedgerError, PermanentEffectError
@@ -70,6 +70,20 @@ def activity_options(
         config["heartbeat_timeout"] = timedelta(seconds=heartbeat)
     if schedule_to_close is not None:
         config["schedule_to_close_timeout"] = timedelta(seconds=schedule_to_close)
+    return config
+
+
+def local_options(options: ActivityConfig) -> LocalActivityConfig:
+    """The same timeouts and retry policy for `workflow.execute_local_activity`.
+
+    A local activity runs inside the workflow task that schedules it, so a short read
+    before the deroute costs no task-queue round trip. It cannot heartbeat: a heartbeat
+    timeout in `options` is dropped, the start-to-close timeout bounds it instead.
+    """
+    config = LocalActivityConfig()
+    for key in ("start_to_close_timeout", "schedule_to_close_timeout", "retry_policy"):
+        if key in options:
+            config[key] = options[key]  # type: ignore[literal-required]
     return config
 
 

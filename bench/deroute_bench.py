@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import tempfile
 import time
@@ -96,16 +97,22 @@ async def measure_incidents(
     return list(await asyncio.gather(*tasks))
 
 
-async def where_the_time_goes(
-    bench: BenchStack, incidents: list[dict[str, Any]]
-) -> dict[str, float]:
+async def where_the_time_goes(bench: BenchStack, incidents: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median phases over all incidents, over the slowest tenth, and the slowest one's."""
+    timed = sorted((r for r in incidents if r["seconds"] is not None), key=lambda r: r["seconds"])
     splits = []
-    for row in incidents:
-        if row["seconds"] is None:
-            continue
+    for row in timed:
         rows = await fetch_rows(bench.client, row["pool"])
         splits.append(split_phases(rows, row["posted_wall"], row["out_wall"]))
-    return median_phases(splits) if splits else {}
+    if not splits:
+        return {}
+    tail = splits[len(splits) - max(1, len(splits) // 10) :]
+    return {
+        "median": median_phases(splits),
+        "slowest_tenth_median": median_phases(tail),
+        "slowest": splits[-1] | {"total": timed[-1]["seconds"]},
+        "slowest_pool": timed[-1]["pool"],
+    }
 
 
 def summarise(floor: list[float], incidents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,8 +138,23 @@ def summarise(floor: list[float], incidents: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
+def compile_workflows() -> None:
+    """Bytecode for `workflows/`, as `pip install` writes it into the deployed image.
+
+    The sandbox imports the workflow's modules afresh for every incident; in a source
+    tree without bytecode (this machine sets PYTHONDONTWRITEBYTECODE=1) it compiled
+    `replica_loss.py` each time: 27% of the worker's CPU in the baseline profile, a cost
+    the image does not have.
+    """
+    import workflows
+
+    compileall.compile_dir(Path(workflows.__file__).parent, quiet=1)
+
+
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     groups = {"deroute": args.incidents, "floor": 1}
+    if not args.no_bytecode:
+        compile_workflows()
     async with BenchStack.open("bench-deroute", groups, workdir) as bench:
         figures: dict[str, Any] = {"load_average_at_start": load_average(), **bench.timings}
         floor = await measure_floor(bench, group_pools("floor", 1)[0], args.floor_samples)
@@ -143,7 +165,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         cpu_after = bench.cpu_seconds()
         figures["cpu_s_by_process"] = cpu_delta(cpu_before, cpu_after)
         figures |= summarise(floor, incidents)
-        figures["phases_median_s"] = await where_the_time_goes(bench, incidents)
+        figures["phases_s"] = await where_the_time_goes(bench, incidents)
         figures["interval_s"] = args.interval
         figures["load_average_at_end"] = load_average()
     return figures
@@ -175,12 +197,21 @@ def print_table(f: dict[str, Any]) -> None:
         print(f"NOT derouted within {DEROUTE_TIMEOUT_S:.0f} s: {', '.join(f['not_derouted'])}")
     cpu = format_cpu(f["cpu_s_by_process"])
     print(f"\nCPU used during the incidents: {cpu} (PostgreSQL not counted)")
-    if f["phases_median_s"]:
-        print("\nwhere the time goes (median per incident, from the Temporal histories):\n")
-        print("| phase | median ms |")
-        print("|---|---:|")
-        for name, seconds in f["phases_median_s"].items():
-            print(f"| {name} | {seconds * 1000:.0f} |")
+    phases = f["phases_s"]
+    if phases:
+        print(
+            "\nwhere the time goes (per incident, from the Temporal histories; "
+            f"the slowest is {phases['slowest_pool']}):\n"
+        )
+        print("| phase | median ms | slowest tenth, median ms | slowest ms |")
+        print("|---|---:|---:|---:|")
+        names = dict.fromkeys([*phases["median"], *phases["slowest"]])
+        for name in names:
+            cells = [
+                phases[k].get(name, 0.0) * 1000
+                for k in ("median", "slowest_tenth_median", "slowest")
+            ]
+            print(f"| {name} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incidents", type=int, default=200)
     parser.add_argument("--floor-samples", type=int, default=50)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between alerts")
+    parser.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="leave workflows/ without bytecode (how a source tree under "
+        "PYTHONDONTWRITEBYTECODE=1 runs: the sandbox compiles it for every incident)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--workdir", type=Path, help="keep the stack's logs here")
     args = parser.parse_args(argv)

@@ -45,6 +45,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from worker.attempts import AttemptReporter
+from worker.sandbox import workflow_runner
 from worker.settings import Settings
 
 log = logging.getLogger("fleetmend.worker")
@@ -160,6 +161,7 @@ def build_worker(
         # Sync activities block a thread each: the pool is exactly as large as the number
         # of activities allowed at once, so none waits for a thread after taking a slot.
         activity_executor=executor or ThreadPoolExecutor(slots, thread_name_prefix="activity"),
+        workflow_runner=workflow_runner(),
         max_concurrent_activities=slots,
         graceful_shutdown_timeout=graceful_shutdown,
         # Failed attempts reach the incident's timeline (Temporal alone would hide them).

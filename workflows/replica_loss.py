@@ -108,7 +108,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyCapacityInput,
         WarmWorkloadInput,
     )
-    from activities.common import PodRef
+    from activities.common import PodRef, local_options
     from activities.gateway import (
         RESTORE_SHED_TIER_OPTIONS,
         RETRY_CONTRACT_OPTIONS,
@@ -359,20 +359,30 @@ class ReplicaLossWorkflow:
         s = self.state
         # Losses that join while the assessment runs are taken in at the next boundary.
         assessed = len(s.losses)
-        result = await workflow.execute_activity_method(
-            ClusterActivities.assess_loss,
-            AssessInput(
-                namespace=s.namespace,
-                pool=s.pool,
-                losses=[
-                    LossReport(
-                        pod=loss.pod, node=loss.node, fault=loss.fault, starts_at=loss.starts_at
-                    )
-                    for loss in s.losses[:assessed]
-                ],
-            ),
-            **ASSESS_OPTIONS,
+        request = AssessInput(
+            namespace=s.namespace,
+            pool=s.pool,
+            losses=[
+                LossReport(pod=loss.pod, node=loss.node, fault=loss.fault, starts_at=loss.starts_at)
+                for loss in s.losses[:assessed]
+            ],
         )
+        # Incidents from this patch on run the reads ahead of the deroute as local
+        # activities (no task-queue round trip each) and tell the channel once the
+        # endpoint is out: the dead endpoint is more urgent than the message.
+        deroute_first = workflow.patched("deroute-first")
+        if deroute_first:
+            # Every patch this path takes is marked before its first local activity: a patch
+            # marker that follows a local activity's result inside one workflow task does
+            # not replay (the SDK reports it as nondeterminism).
+            workflow.patched(PATCH_RATES_AFTER_DEROUTE)
+            result = await workflow.execute_local_activity_method(
+                ClusterActivities.assess_loss, request, **local_options(ASSESS_OPTIONS)
+            )
+        else:
+            result = await workflow.execute_activity_method(
+                ClusterActivities.assess_loss, request, **ASSESS_OPTIONS
+            )
         s.assessed_losses = assessed
         measured: dict[str, float | None] = {}
         # A lost replica is never measured and counts as the survivors' average, so the
@@ -416,14 +426,24 @@ class ReplicaLossWorkflow:
             warm_excluded=result.warm_floor.excluded,
             capacity=s.facts.capacity,
         )
+        s.severity_unannounced = True
+        if not deroute_first:
+            await self._announce_severity()
+
+    async def _announce_severity(self) -> None:
+        """Tell the channel what the assessment found, once per assessment."""
+        s = self.state
+        if not s.severity_unannounced:
+            return
+        s.severity_unannounced = False
         await self._notify(
             "severity",
-            f"{s.namespace}/{s.pool}: {result.severity}",
+            f"{s.namespace}/{s.pool}: {s.facts.severity}",
             [
-                Fact(name="replicas lost", value=len(result.lost_replicas)),
-                Fact(name="pool size", value=result.pool_size),
-                Fact(name="fraction lost", value=round(result.lost_fraction * 100, 1), unit="%"),
-                Fact(name="warm floor", value=result.warm_floor.count, unit="replicas"),
+                Fact(name="replicas lost", value=len(s.facts.lost_replicas)),
+                Fact(name="pool size", value=s.facts.pool_size),
+                Fact(name="fraction lost", value=round(s.facts.lost_fraction * 100, 1), unit="%"),
+                Fact(name="warm floor", value=len(s.facts.warm_ready), unit="replicas"),
             ],
         )
 
@@ -435,12 +455,17 @@ class ReplicaLossWorkflow:
         ]
         if not pending:
             self._evidence(note="nothing left to deroute")
+            await self._announce_severity()
             return
-        routing = await workflow.execute_activity_method(
-            ClusterActivities.read_routing_state,
-            RoutingStateInput(namespace=s.namespace, service=s.pool, pods=pending),
-            **READ_ROUTING_OPTIONS,
-        )
+        request = RoutingStateInput(namespace=s.namespace, service=s.pool, pods=pending)
+        if workflow.patched("deroute-first"):
+            routing = await workflow.execute_local_activity_method(
+                ClusterActivities.read_routing_state, request, **local_options(READ_ROUTING_OPTIONS)
+            )
+        else:
+            routing = await workflow.execute_activity_method(
+                ClusterActivities.read_routing_state, request, **READ_ROUTING_OPTIONS
+            )
         self._evidence(
             publish_not_ready_addresses=routing.publish_not_ready_addresses,
             still_routable=routing.still_routable,
@@ -456,6 +481,9 @@ class ReplicaLossWorkflow:
             self._note(
                 "blast-radius", "within" if decision.allowed else "beyond", decision.model_dump()
             )
+            if not decision.allowed:
+                # The operator hears the severity before being asked about the deroute.
+                await self._announce_severity()
             if not decision.allowed and not await self._gate(
                 f"blast-radius/{pod}",
                 "blast-radius",
@@ -483,7 +511,9 @@ class ReplicaLossWorkflow:
                 }
             )
             if not result.confirmed and not s.dry_run:
+                await self._announce_severity()
                 await self._force_endpoint_out(pod, still=routing.still_routable.get(pod, ""))
+        await self._announce_severity()
         if self._rates_after_deroute:
             await self._measure_survivors()
 

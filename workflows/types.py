@@ -295,6 +295,8 @@ class IncidentState(BaseModel):
     seen_alerts: list[str] = Field(default_factory=list)
     resolved: list[AlertResolved] = Field(default_factory=list)
     facts: Facts = Field(default_factory=Facts)
+    # The assessment's severity not yet told to the channel (it waits for the deroute).
+    severity_unannounced: bool = False
     derouted: list[str] = Field(default_factory=list)
     held_routed: list[str] = Field(default_factory=list)
     shed_level: int = 0

@@ -68,16 +68,21 @@ async def provision_approved(client: Client, tq: str, fleet: Fleet) -> WorkflowH
     return handle
 
 
-async def gates_time_out(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+async def three_lost(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    """Three of eight replicas lost together: the third is beyond the blast-radius limit."""
     pods = [f"{fleet.pool}-{i}" for i in (0, 1, 2)]
     for pod in pods:
         fleet.kill(pod)
-    fleet.wanted_tier = 4
-    fleet.deroute_confirms = False
     handle = await report_loss(client, tq, fleet, loss_of(fleet, pods[0]))
     for pod in pods[1:]:
         await handle.signal("replica_lost", loss_of(fleet, pod))
     return handle
+
+
+async def gates_time_out(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    fleet.wanted_tier = 4
+    fleet.deroute_confirms = False
+    return await three_lost(client, tq, fleet)
 
 
 async def late_loss_and_resolved_alert(
@@ -178,6 +183,21 @@ async def replacement_on_the_same_node(
     return await report_loss(client, tq, fleet, loss_of(fleet, dead))
 
 
+async def deroute_first(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    # Recorded after `deroute-first`: assess and the routing read run as local
+    # activities, and the severity reaches the channel once the endpoint is out.
+    fleet.kill(f"{fleet.pool}-3")
+    return await report_loss(client, tq, fleet, loss_of(fleet, f"{fleet.pool}-3"))
+
+
+async def severity_told_before_the_blast_radius_gate(
+    client: Client, tq: str, fleet: Fleet
+) -> WorkflowHandle[Any, Any]:
+    # Recorded after `deroute-first`: the channel hears the severity before the
+    # blast-radius gate opens (and times out).
+    return await three_lost(client, tq, fleet)
+
+
 SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "warm_spare_recovery": (warm_spare_recovery, {"warm": 1}),
     "provision_approved": (provision_approved, {"warm": 0}),
@@ -195,6 +215,11 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "escalation_undone_newest_first": (escalated_shed_tier_rolled_back, {"warm": 1}),
     "rollout_not_churned": (rollout_not_churned, {"warm": 0}),
     "replacement_on_the_same_node": (replacement_on_the_same_node, {"warm": 0}),
+    "deroute_first": (deroute_first, {"warm": 1}),
+    "severity_told_before_the_blast_radius_gate": (
+        severity_told_before_the_blast_radius_gate,
+        {"warm": 1},
+    ),
 }
 
 

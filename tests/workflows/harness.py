@@ -15,6 +15,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from tests.workflows.fakes import FakeActivities, Fleet
+from worker.sandbox import workflow_runner
 from workflows.reconcile import ReconcileWorkflow
 from workflows.replica_loss import ReplicaLossWorkflow
 from workflows.types import (
@@ -61,6 +62,8 @@ async def running_worker(client: Client, task_queue: str, fleet: Fleet) -> Async
             task_queue=task_queue,
             workflows=[ReplicaLossWorkflow, ReconcileWorkflow],
             activities=FakeActivities(fleet).all(),
+            # The worker's own sandbox, so every workflow test runs with its pass-throughs.
+            workflow_runner=workflow_runner(),
         ) as worker:
             yield worker
     finally:

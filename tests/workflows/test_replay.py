@@ -19,6 +19,7 @@ from temporalio.workflow import NondeterminismError
 
 from tests.histories.record import INDEX, SCENARIOS
 from tests.workflows.reordered import ReorderedReplicaLossWorkflow
+from worker.sandbox import workflow_runner
 from workflows.reconcile import ReconcileWorkflow
 from workflows.replica_loss import ReplicaLossWorkflow
 
@@ -69,7 +70,9 @@ def test_every_patch_has_a_history_through_it_and_one_from_before_it() -> None:
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 async def test_a_recorded_history_replays_on_the_current_workflow_code(path: Path) -> None:
     replayer = Replayer(
-        workflows=[ReplicaLossWorkflow, ReconcileWorkflow], data_converter=pydantic_data_converter
+        workflows=[ReplicaLossWorkflow, ReconcileWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
     )
     await replayer.replay_workflow(history(path))
 
