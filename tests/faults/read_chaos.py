@@ -16,8 +16,14 @@ At the end, while the fleet still runs, `probe_rbac` asks the API server, with t
 token, for something `deploy/rbac.yaml` does not grant (the list of namespaces), to show
 the RBAC is enforced and not merely unexercised.
 
+A local activity (`assess_loss` and `read_routing_state` from `deroute-first` on) is never
+pending on the server: the watcher kills when its hung read reaches fleetsim. The new
+worker replays the workflow task the dead one held, after that task's timeout, and runs
+the local activity again.
+
 After the run, `activity_runs` holds each activity's attempt from the workflow's
-history (the ActivityTaskStarted event records the attempt that ran to the end).
+history (the ActivityTaskStarted event records the attempt that ran to the end), and
+`local_runs` each local activity's completion time from its marker.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
 
 from activities.k8s import build_api_client
+from bench.history_phases import local_activity_row
 from fleetsim.kube.chaos import ApiFault, Window
 from worker import stack_faults
 from worker.drill import Drill, DrillResult
@@ -66,6 +73,12 @@ class ActivityRun:
     completed: bool
 
 
+@dataclass(frozen=True)
+class LocalRun:
+    activity: str
+    completed_at: float  # epoch seconds, the worker's clock
+
+
 class ReadChaosDrill(Drill):
     def __init__(self, *args: Any, plan: list[ReadFault], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -74,6 +87,8 @@ class ReadChaosDrill(Drill):
         self.missed: list[ReadFault] = []
         self.final_status: dict[str, IncidentStatus] = {}
         self.activity_runs: dict[str, list[ActivityRun]] = {}
+        self.local_runs: dict[str, list[LocalRun]] = {}
+        self.workflow_tasks_timed_out: dict[str, int] = {}
         self.chaos_error: str | None = None
         self.forbidden_during_incident: list[str] = []
         self.probe: tuple[int, str] | None = None  # the refused request's status and message
@@ -104,7 +119,7 @@ class ReadChaosDrill(Drill):
             self.final_status[workflow_id] = await handle.query(
                 QUERY_STATUS, result_type=IncidentStatus
             )
-            self.activity_runs[workflow_id] = await self._activity_runs(workflow_id)
+            await self._read_history(workflow_id)
         self.forbidden_during_incident = self.forbidden()
         self.probe = await asyncio.to_thread(self._probe_rbac)
         return await super()._finish()
@@ -119,11 +134,13 @@ class ReadChaosDrill(Drill):
             api.close()
         return 200, "listed"
 
-    async def _activity_runs(self, workflow_id: str) -> list[ActivityRun]:
+    async def _read_history(self, workflow_id: str) -> None:
         assert self.client is not None
         scheduled: dict[int, tuple[str, str]] = {}
         started: dict[int, int] = {}
         completed: set[int] = set()
+        local: list[LocalRun] = []
+        timed_out = 0
         handle = self.client.get_workflow_handle(workflow_id)
         async for event in handle.fetch_history_events():
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -134,10 +151,18 @@ class ReadChaosDrill(Drill):
                 started[s.scheduled_event_id] = s.attempt
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 completed.add(event.activity_task_completed_event_attributes.scheduled_event_id)
-        return [
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                timed_out += 1
+            elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                row = local_activity_row(event.event_id, event.marker_recorded_event_attributes)
+                if row is not None and row.activity is not None:
+                    local.append(LocalRun(row.activity, row.at))
+        self.activity_runs[workflow_id] = [
             ActivityRun(activity_id, name, started.get(event_id, 0), event_id in completed)
             for event_id, (activity_id, name) in scheduled.items()
         ]
+        self.local_runs[workflow_id] = local
+        self.workflow_tasks_timed_out[workflow_id] = timed_out
 
     async def _watch(self) -> None:
         try:
@@ -155,10 +180,16 @@ class ReadChaosDrill(Drill):
                 self.missed = list(waiting.values())
                 return
             for workflow_id in list(self.incidents):
-                caught = [
+                caught: list[tuple[ReadFault, PendingActivityInfo | None]] = [
                     (waiting.pop(p.activity_type.name), p)
                     for p in await self._running_first_attempts(workflow_id)
                     if p.activity_type.name in waiting
+                ]
+                # A local activity is never pending: its hung read is the sign it runs.
+                caught += [
+                    (waiting.pop(name), None)
+                    for name, window in list(self._windows.items())
+                    if name in waiting and sum(window.hits.values()) > 0
                 ]
                 if caught:
                     # One kill strikes every planned read running on that worker.
@@ -176,7 +207,9 @@ class ReadChaosDrill(Drill):
             ]
         return []
 
-    async def _kill(self, caught: list[tuple[ReadFault, PendingActivityInfo]]) -> list[Killed]:
+    async def _kill(
+        self, caught: list[tuple[ReadFault, PendingActivityInfo | None]]
+    ) -> list[Killed]:
         assert self.stack is not None
         pid = stack_faults.kill(self.stack, "worker")
         killed_at = time.time()
@@ -188,14 +221,17 @@ class ReadChaosDrill(Drill):
         return [
             Killed(
                 fault=fault,
-                activity_id=pending.activity_id,
+                activity_id=pending.activity_id if pending is not None else "",
                 wall_s=round(self.elapsed_wall(), 2),
                 detail={
                     "killed_pid": pid,
                     "new_pid": new_pid,
+                    "killed_at": killed_at,
                     # How long it had run when the worker died: the margin the polling had.
-                    "running_for_s": round(
-                        killed_at - pending.last_started_time.ToNanoseconds() / 1e9, 3
+                    "running_for_s": (
+                        round(killed_at - pending.last_started_time.ToNanoseconds() / 1e9, 3)
+                        if pending is not None
+                        else None
                     ),
                 },
             )

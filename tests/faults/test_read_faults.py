@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from fleetsim.kube.chaos import ApiFault, Verb
 from tests.drills.checks import files_holding
 from tests.faults.read_chaos import ReadChaosDrill, ReadFault
+from worker.attempts import NO_RESULT
 from worker.drill import DrillOptions, DrillResult
 from worker.postgres import libpq_uri
 from worker.settings import load_settings
@@ -65,6 +66,8 @@ PLAN = [
     ReadFault("verify_serving"),
 ]
 READ_ONLY = {f.activity for f in PLAN}
+# Local activities from `deroute-first` on: the workflow task that ran them is retried.
+LOCAL = {"assess_loss", "read_routing_state"}
 
 
 @dataclass(frozen=True)
@@ -160,9 +163,32 @@ def test_the_history_shows_each_killed_read_completed_on_a_later_attempt(run: Ru
     retried = {
         k.fault.activity: (by_id[k.activity_id].attempt, by_id[k.activity_id].completed)
         for k in run.drill.killed
+        if k.activity_id
     }
-    assert retried == {name: (retried[name][0], True) for name in READ_ONLY}
+    assert set(retried) == READ_ONLY - LOCAL
+    assert retried == {name: (retried[name][0], True) for name in retried}
     assert {name: n for name, (n, _) in retried.items() if n < 2} == {}
+
+
+def test_a_killed_local_read_ran_again_on_the_new_worker_after_its_task_timed_out(
+    run: Run,
+) -> None:
+    killed_at = {k.fault.activity: k.detail["killed_at"] for k in run.drill.killed}
+    local = run.drill.local_runs[INCIDENT]
+    for name in LOCAL:
+        # The dead worker never reported it: its only completion is the new worker's.
+        assert [r.completed_at > killed_at[name] for r in local if r.activity == name][:1] == [True]
+    assert run.drill.workflow_tasks_timed_out[INCIDENT] >= 1
+
+
+def test_the_timeline_shows_each_killed_read_retried(run: Run) -> None:
+    retries = [
+        r["activity"]
+        for entry in run.status.timeline
+        for r in entry.evidence.get("retries", [])
+        if r["failure"] == NO_RESULT
+    ]
+    assert set(retries) >= READ_ONLY - LOCAL
 
 
 def test_no_effect_was_applied_twice(run: Run) -> None:
