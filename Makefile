@@ -50,7 +50,7 @@ drills: venv
 # The runbook's ramp experiment at its own rates (60 req/s, so 4x, not 20x): fleetmend's
 # ramp vs --no-ramp, beside the runbook's late-request figures. About 6 minutes.
 ramp-experiment: venv
-	$(PY) -m bench.ramp_bench --speed 4
+	$(PY) -m bench.ramp_bench --speed 2
 
 clean:
 	rm -rf $(VENV) .fleetmend .pytest_cache .mypy_cache .ruff_cache
