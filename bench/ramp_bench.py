@@ -14,8 +14,9 @@ Each run is printed beside two references for its policy: the runbook's own figu
 (`fleetsim.queueing.simulate_ramp`, whose wait is the backlog over the replica's current
 rate) and the same queue request by request (`simulate_ramp_requests`, each request's
 own FIFO wait while the rate climbs), which is what the drill's replicas measure. The
-offered rate and the traffic generator's worst release lag show whether the fleet kept
-up with the clock's speed; a run that did not is not evidence.
+offered rate, the traffic generator's worst release lag and the arrivals it dropped as
+overdue show whether the fleet kept up with the clock's speed; a run that did not is
+not evidence.
 
 Exit status 1 unless the ramp leaves 0 late requests, the equal share's peak wait on the
 new replica reaches 80% of the request-level model's, and both runs offered at least
@@ -85,6 +86,7 @@ async def run(
         "failed": result.requests["failed"],
         "offered_per_s": result.requests["offered"] / max(drill.fleet.now(), 1e-9),
         "max_lag_s": max((g.max_lag_s for g in drill.fleet.traffic), default=0.0),
+        "dropped": sum(g.dropped for g in drill.fleet.traffic),
         "new_replicas": new,
         "late_on_new": sum(counters.late_by_pod.get(p, 0) for p in new),
         "peak_wait_new_s": max((counters.max_wait_by_pod.get(p, 0.0) for p in new), default=0.0),
@@ -169,7 +171,7 @@ def main(argv: list[str]) -> int:
     print(
         f"{'policy':<22}{'late':>6}{'late new':>10}{'peak new':>10}"
         f"{'runbook':>9}{'peak':>7}{'requests':>10}{'peak':>7}"
-        f"{'served':>8}{'failed':>8}{'req/s':>7}{'lag':>7}"
+        f"{'served':>8}{'failed':>8}{'req/s':>7}{'lag':>7}{'dropped':>9}"
     )
     for r in runs:
         policy = "ramp_on_measured_rate" if r["ramp"] else "equal_on_ready"
@@ -180,6 +182,7 @@ def main(argv: list[str]) -> int:
             f"{book.late:>9.0f}{book.peak_wait_new:>6.1f}s"
             f"{fifo.late:>10.0f}{fifo.peak_wait_new:>6.1f}s"
             f"{r['served']:>8}{r['failed']:>8}{r['offered_per_s']:>7.1f}{r['max_lag_s']:>6.2f}s"
+            f"{r['dropped']:>9}"
         )
     print(
         "  runbook = ramp_back.py's figures (wait = backlog / current rate); requests = the "

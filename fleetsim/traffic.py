@@ -19,6 +19,9 @@ from fleetsim.scenario import Traffic
 # Arrivals due within this are released at once, so high rates on a fast clock do not
 # cost one timer per request.
 _MIN_TICK_S = 0.01
+# Fleet seconds an arrival may be released late; beyond, the fleet is not keeping up with
+# its clock, and catching up would only push every later arrival further behind.
+_MAX_CATCH_UP_S = 2.0
 
 
 @dataclass
@@ -37,9 +40,10 @@ class TrafficGenerator:
         self._tasks: set[asyncio.Task[str]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._seq = 0
-        # How far behind its schedule an arrival was released, at worst: past a few
-        # tenths of a second the process is not keeping up with the clock's speed.
+        # How far behind its schedule an arrival was released, at worst.
         self.max_lag_s = 0.0
+        # Arrivals never released because they were overdue by more than _MAX_CATCH_UP_S.
+        self.dropped = 0
         self.name = f"{spec.namespace}/{spec.pool}"
 
     def surge(self, factor: float, duration_s: float | None) -> None:
@@ -71,14 +75,19 @@ class TrafficGenerator:
 
     async def _run(self) -> None:
         # Arrival times are kept on an absolute schedule: a sleep that overruns (a busy
-        # event loop, a fast clock) delays the next arrivals but never drops them, so the
-        # offered rate is the scenario's rate however loaded the process is.
+        # event loop, a fast clock) delays the next arrivals but does not drop them, so
+        # the offered rate is the scenario's. A process that cannot keep up at all would
+        # only fall further behind: arrivals overdue by more than `_MAX_CATCH_UP_S` are
+        # dropped and counted, so the shortfall shows instead of passing for a result.
         next_at = self.clock.now()
         while True:
             next_at += self._random.expovariate(self.rate())
             delay = next_at - self.clock.now()
             if delay >= _MIN_TICK_S:
                 await self.clock.sleep(delay)
+            elif -delay > _MAX_CATCH_UP_S:
+                self.dropped += 1
+                continue
             else:
                 self.max_lag_s = max(self.max_lag_s, -delay)
             self._fire()

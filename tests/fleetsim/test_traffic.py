@@ -34,8 +34,8 @@ class CountingRouter:
         return "served"
 
 
-async def offered(rate: float, seconds: float, overrun_s: float) -> tuple[int, float]:
-    """Arrivals over `seconds` of clock time, and the generator's worst release lag."""
+async def offered(rate: float, seconds: float, overrun_s: float) -> tuple[int, float, int]:
+    """Arrivals over `seconds` of clock time, the worst release lag and the arrivals dropped."""
     clock = OverrunningClock(overrun_s)
     router = CountingRouter()
     spec = Traffic(namespace="serving", pool="llm", rate=rate)
@@ -44,21 +44,29 @@ async def offered(rate: float, seconds: float, overrun_s: float) -> tuple[int, f
     while clock.now() < seconds:
         await asyncio.sleep(0)
     await gen.stop()
-    return router.arrivals, gen.max_lag_s
+    return router.arrivals, gen.max_lag_s, gen.dropped
 
 
 async def test_overrunning_sleeps_delay_arrivals_but_do_not_drop_them() -> None:
     # 4 ms of fleet time per sleep is 1 ms of wall time at speed 4; the gaps at 60 req/s
     # average 16.7 ms, so a generator that slept gap by gap would lose about a fifth.
-    exact, no_lag = await offered(60.0, 100.0, overrun_s=0.0)
-    late, _ = await offered(60.0, 100.0, overrun_s=0.004)
-    assert abs(exact - 6000) < 300 and no_lag == 0.0
-    assert abs(late - exact) < 0.02 * exact
+    exact, no_lag, none = await offered(60.0, 100.0, overrun_s=0.0)
+    late, _, dropped = await offered(60.0, 100.0, overrun_s=0.004)
+    assert abs(exact - 6000) < 300 and no_lag == 0.0 and none == 0
+    assert abs(late - exact) < 0.02 * exact and dropped == 0
 
 
 async def test_a_sleep_overrun_longer_than_many_gaps_releases_the_arrivals_and_says_how_late() -> (
     None
 ):
-    arrivals, lag = await offered(60.0, 100.0, overrun_s=0.5)
-    assert abs(arrivals - 6000) < 300
+    arrivals, lag, dropped = await offered(60.0, 100.0, overrun_s=0.5)
+    assert abs(arrivals - 6000) < 300 and dropped == 0
     assert 0.4 < lag <= 0.5 + 1e-9
+
+
+async def test_a_fleet_that_cannot_keep_up_drops_the_overdue_arrivals_and_counts_them() -> None:
+    # Each sleep overruns by 5 s: catching up on that would never end.
+    arrivals, lag, dropped = await offered(60.0, 100.0, overrun_s=5.0)
+    assert lag <= 2.0
+    assert dropped > arrivals
+    assert abs(arrivals + dropped - 6000) < 300
