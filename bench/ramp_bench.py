@@ -1,6 +1,7 @@
 """The runbook's ramp experiment as two drills on the real stack: fleetmend's ramp vs none.
 
     python -m bench.ramp_bench [--speed 2]        # or: make ramp-experiment
+    python -m bench.ramp_bench --colder [--speed 8]   # or: make ramp-experiment-colder
 
 Runs `fleetmend drill ramp-experiment` twice, the scenario built on `ramp_back.py`'s own
 parameters (3 warm replicas at 20 req/s carrying 60 req/s, a replacement ready at 25% of
@@ -17,8 +18,12 @@ own FIFO wait while the rate climbs), which is what the drill's replicas measure
 traffic generator's worst release lag and the arrivals it dropped as overdue show
 whether the fleet kept up with the clock's speed; a run that did not is not evidence.
 
+`--colder` runs the same pair with a replacement at 5% of warm (at an eighth of the
+rates, so at 8x), where the equal share's requests really go late.
+
 Exit status 1 unless the ramp leaves 0 late requests, the equal share's peak wait on the
-new replica reaches 80% of the request-level model's, and neither run dropped arrivals.
+new replica reaches 80% of the request-level model's (with `--colder`, also past the
+deadline with late requests on it), and neither run dropped arrivals.
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fleetsim.fleet import Fleet
 from fleetsim.queueing import RampResult, simulate_ramp, simulate_ramp_requests
-from fleetsim.scenario import Scenario, load_scenario
+from fleetsim.scenario import SCENARIO_DIR, Scenario, load_scenario
 from worker.drill import Drill, DrillOptions
 from worker.settings import load_settings
 
@@ -48,6 +56,25 @@ AUTO_SHED_TIER_LIMIT = 0
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 # The equal share's peak wait must reach this share of the request-level model's.
 MIN_PEAK_FRACTION = 0.8
+# `--colder`: the experiment with a replacement at 5% of warm, where the equal share's
+# requests really go late, at an eighth of the rates so it runs at 8x. Waits do not
+# change with the rates' scale: a backlog and the rate draining it scale together.
+COLDER_FRAC = 0.05
+COLDER_SCALE = 0.125
+
+
+def colder_variant(directory: Path) -> Path:
+    """Write the `--colder` variant of the bundled scenario under `directory`."""
+    data: dict[str, Any] = yaml.safe_load((SCENARIO_DIR / f"{SCENARIO}.yaml").read_text())
+    data["name"] = f"{SCENARIO}-colder"
+    data["rates"]["warm_rate"] *= COLDER_SCALE
+    data["rates"]["cold_frac"] = COLDER_FRAC
+    for traffic in data["traffic"]:
+        traffic["rate"] *= COLDER_SCALE
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 async def run(
@@ -73,7 +100,7 @@ async def run(
     drill = Drill(settings, options)
     result = await drill.run()
     counters = drill.fleet.counters
-    new = _started_after_the_fault(drill)
+    new = started_after_the_fault(drill.fleet)
     return {
         "ramp": ramp,
         "late": result.requests["late"],
@@ -99,9 +126,8 @@ async def run(
     }
 
 
-def _started_after_the_fault(drill: Drill) -> list[str]:
+def started_after_the_fault(fleet: Fleet) -> list[str]:
     """The serving pods created after the first fault: the replacements."""
-    fleet = drill.fleet
     fault_at = fleet.store.epoch + timedelta(seconds=fleet.injected[0].at)
     return sorted(
         p["metadata"]["name"]
@@ -130,13 +156,20 @@ def references(scenario: Scenario) -> dict[str, dict[str, RampResult]]:
     }
 
 
-def reproduced(runs: list[dict[str, Any]], scenario: Scenario) -> list[str]:
-    """Why the runs do not reproduce the experiment; empty when they do."""
+def reproduced(runs: list[dict[str, Any]], scenario: Scenario, *, colder: bool) -> list[str]:
+    """Why the runs do not reproduce the experiment; empty when they do. The colder
+    variant must also put the equal share's requests past the deadline."""
     ramped, equal = runs
     model_peak = references(scenario)["equal_on_ready"]["requests"].peak_wait_new
+    deadline = scenario.traffic[0].deadline_s
     why = []
     if ramped["late"]:
         why.append(f"fleetmend's ramp left {ramped['late']} late requests")
+    if colder and not (equal["late_on_new"] > 0 and equal["peak_wait_new_s"] > deadline):
+        why.append(
+            f"equal share: {equal['late_on_new']} late on the new replica, peak wait "
+            f"{equal['peak_wait_new_s']:.1f} s: not past the {deadline:g} s deadline"
+        )
     if equal["peak_wait_new_s"] < MIN_PEAK_FRACTION * model_peak:
         why.append(
             f"equal share: peak wait {equal['peak_wait_new_s']:.1f} s on the new replica, "
@@ -153,16 +186,24 @@ def reproduced(runs: list[dict[str, Any]], scenario: Scenario) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--speed", type=float, default=2.0)
+    parser.add_argument("--speed", type=float, default=None, help="default 2 (--colder: 8)")
+    parser.add_argument(
+        "--colder",
+        action="store_true",
+        help="a replacement at 5%% of warm, an eighth of the rates: the equal share goes late",
+    )
     args = parser.parse_args(argv)
-    scenario = load_scenario(SCENARIO)
-    predicted = references(scenario)
-    runs = []
+    speed = args.speed or (8.0 if args.colder else 2.0)
     # Kept after the run: each drill's reports and logs are the evidence behind the table.
     state = Path(tempfile.mkdtemp(prefix="fleetmend-ramp-bench-"))
-    for ramp in (True, False):
-        runs.append(asyncio.run(run(ramp, args.speed, state / ("ramp" if ramp else "no-ramp"))))
-    print(f"{SCENARIO} at {args.speed:g}x, runbook parameters")
+    ref = str(colder_variant(state)) if args.colder else SCENARIO
+    scenario = load_scenario(ref)
+    predicted = references(scenario)
+    runs = [
+        asyncio.run(run(ramp, speed, state / ("ramp" if ramp else "no-ramp"), ref))
+        for ramp in (True, False)
+    ]
+    print(f"{scenario.name} at {speed:g}x")
     print(
         f"{'policy':<22}{'late':>6}{'late new':>10}{'peak new':>10}"
         f"{'runbook':>9}{'peak':>7}{'requests':>10}{'peak':>7}"
@@ -192,7 +233,7 @@ def main(argv: list[str]) -> int:
             print(f"    failed: {n} {reason}")
         for step in r["steps"]:
             print(f"    {step}")
-    why = reproduced(runs, scenario)
+    why = reproduced(runs, scenario, colder=args.colder)
     for line in why:
         print(f"NOT REPRODUCED: {line}")
     return 1 if why else 0
