@@ -1,7 +1,7 @@
 """The runbook's ramp experiment as two drills on the real stack: fleetmend's ramp vs none.
 
     python -m bench.ramp_bench [--speed 2]        # or: make ramp-experiment
-    python -m bench.ramp_bench --colder [--speed 8]   # or: make ramp-experiment-colder
+    python -m bench.ramp_bench --colder [--speed 4]   # or: make ramp-experiment-colder
 
 Runs `fleetmend drill ramp-experiment` twice, the scenario built on `ramp_back.py`'s own
 parameters (3 warm replicas at 20 req/s carrying 60 req/s, a replacement ready at 25% of
@@ -18,8 +18,8 @@ own FIFO wait while the rate climbs), which is what the drill's replicas measure
 traffic generator's worst release lag and the arrivals it dropped as overdue show
 whether the fleet kept up with the clock's speed; a run that did not is not evidence.
 
-`--colder` runs the same pair with a replacement at 5% of warm (at an eighth of the
-rates, so at 8x), where the equal share's requests really go late.
+`--colder` runs the same pair with a replacement at 10% of warm (at half the rates, so
+at 4x), where the equal share's requests really go late.
 
 Exit status 1 unless the ramp leaves 0 late requests, the equal share's peak wait on the
 new replica reaches 80% of the request-level model's (with `--colder`, also past the
@@ -56,21 +56,26 @@ AUTO_SHED_TIER_LIMIT = 0
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 # The equal share's peak wait must reach this share of the request-level model's.
 MIN_PEAK_FRACTION = 0.8
-# `--colder`: the experiment with a replacement at 5% of warm, where the equal share's
-# requests really go late, at an eighth of the rates so it runs at 8x. Waits do not
-# change with the rates' scale: a backlog and the rate draining it scale together.
-COLDER_FRAC = 0.05
-COLDER_SCALE = 0.125
+# `--colder`: the experiment with a replacement at 10% of warm, where the equal share's
+# requests really go late, at half the rates so it runs at 4x. Waits do not change with
+# the rates' scale (a backlog and the rate draining it scale together), but fleetmend's
+# warm-up probe sends a fixed number of requests: at an eighth of the rates and 5% of
+# warm those alone queued the replacement for 31 s, so the rates stay within 2x.
+COLDER_FRAC = 0.1
+COLDER_SCALE = 0.5
 
 
-def colder_variant(directory: Path) -> Path:
-    """Write the `--colder` variant of the bundled scenario under `directory`."""
+def colder_variant(
+    directory: Path, *, scale: float = COLDER_SCALE, cold_frac: float = COLDER_FRAC
+) -> Path:
+    """Write a colder variant of the bundled scenario under `directory`: the
+    replacement starts at `cold_frac` of warm, the rates are `scale` times the runbook's."""
     data: dict[str, Any] = yaml.safe_load((SCENARIO_DIR / f"{SCENARIO}.yaml").read_text())
     data["name"] = f"{SCENARIO}-colder"
-    data["rates"]["warm_rate"] *= COLDER_SCALE
-    data["rates"]["cold_frac"] = COLDER_FRAC
+    data["rates"]["warm_rate"] *= scale
+    data["rates"]["cold_frac"] = cold_frac
     for traffic in data["traffic"]:
-        traffic["rate"] *= COLDER_SCALE
+        traffic["rate"] *= scale
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -186,14 +191,14 @@ def reproduced(runs: list[dict[str, Any]], scenario: Scenario, *, colder: bool) 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--speed", type=float, default=None, help="default 2 (--colder: 8)")
+    parser.add_argument("--speed", type=float, default=None, help="default 2 (--colder: 4)")
     parser.add_argument(
         "--colder",
         action="store_true",
-        help="a replacement at 5%% of warm, an eighth of the rates: the equal share goes late",
+        help="a replacement at 10%% of warm, half the rates: the equal share goes late",
     )
     args = parser.parse_args(argv)
-    speed = args.speed or (8.0 if args.colder else 2.0)
+    speed = args.speed or (4.0 if args.colder else 2.0)
     # Kept after the run: each drill's reports and logs are the evidence behind the table.
     state = Path(tempfile.mkdtemp(prefix="fleetmend-ramp-bench-"))
     ref = str(colder_variant(state)) if args.colder else SCENARIO

@@ -1,9 +1,9 @@
 """The ramp experiment's equal share, on fleetsim's own replicas, router and traffic.
 
 fleetsim alone is the runbook's baseline: the workload controller's replacement gets the
-router's default weight, an equal share, the moment it is ready. On the `--colder`
-variant of `ramp-experiment` (a replacement at 5% of warm, an eighth of the rates) its
-requests queue past the 30 s deadline as the request-level model says, and the warm
+router's default weight, an equal share, the moment it is ready. On a colder variant of
+`ramp-experiment` (a replacement at 5% of warm, an eighth of the rates, so 8x is cheap)
+its requests queue past the 30 s deadline as the request-level model says, and the warm
 replicas never come near it. The half with fleetmend's ramp needs the whole stack and is
 `make ramp-experiment-colder`.
 """
@@ -18,12 +18,14 @@ from fleetsim.fleet import Fleet
 from fleetsim.scenario import load_scenario
 
 SPEED = 8.0
+SCALE = 0.125
+COLD_FRAC = 0.05
 
 
 async def test_an_equal_share_on_a_cold_replacement_queues_its_requests_past_the_deadline(
     tmp_path: Path,
 ) -> None:
-    scenario = load_scenario(str(colder_variant(tmp_path)))
+    scenario = load_scenario(str(colder_variant(tmp_path, scale=SCALE, cold_frac=COLD_FRAC)))
     (traffic,) = scenario.traffic
     (fault,) = scenario.faults
     model = references(scenario)["equal_on_ready"]["requests"]
