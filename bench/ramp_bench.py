@@ -58,9 +58,10 @@ STAMP = "%Y-%m-%dT%H:%M:%SZ"
 MIN_PEAK_FRACTION = 0.8
 # `--colder`: the experiment with a replacement at 10% of warm, where the equal share's
 # requests really go late, at half the rates so it runs at 4x. Waits do not change with
-# the rates' scale (a backlog and the rate draining it scale together), but fleetmend's
-# warm-up probe sends a fixed number of requests: at an eighth of the rates and 5% of
-# warm those alone queued the replacement for 31 s, so the rates stay within 2x.
+# the rates' scale (a backlog and the rate draining it scale together). Not colder:
+# fleetmend holds a replacement at the probe share (10% of the traffic, 0.3 of a warm
+# replica's rate here) until its warm-up check passes, and one at 5% of warm queued
+# past the deadline while held (3 late, peak 31.5 s, at an eighth of the rates and 8x).
 COLDER_FRAC = 0.1
 COLDER_SCALE = 0.5
 
