@@ -4,7 +4,7 @@ fleetsim alone is the runbook's baseline: the workload controller's replacement 
 router's default weight, an equal share, the moment it is ready. On a colder variant of
 `ramp-experiment` (a replacement at 5% of warm, an eighth of the rates, so 8x is cheap)
 its requests queue past the 30 s deadline as the request-level model says, and the warm
-replicas never come near it. The half with fleetmend's ramp needs the whole stack and is
+replicas' never do. The half with fleetmend's ramp needs the whole stack and is
 `make ramp-experiment-colder`.
 """
 
@@ -42,5 +42,10 @@ async def test_an_equal_share_on_a_cold_replacement_queues_its_requests_past_the
         assert peak_new > traffic.deadline_s
         assert counters.late_by_pod[new] > 0
         assert peak_new > 0.7 * model.peak_wait_new
+        # Three warm replicas carry the pool's whole rate while the replacement loads, so
+        # they queue for seconds, but never towards the deadline.
         warm = [p for p in counters.max_wait_by_pod if p != new]
-        assert all(counters.max_wait_by_pod[p] < 5.0 for p in warm), counters.max_wait_by_pod
+        assert all(counters.max_wait_by_pod[p] < traffic.deadline_s / 2 for p in warm), (
+            counters.max_wait_by_pod
+        )
+        assert not any(counters.late_by_pod[p] for p in warm)
