@@ -52,10 +52,10 @@ drills: venv
 ramp-experiment: venv
 	$(PY) -m bench.ramp_bench --speed 2
 
-# The same with a colder replacement, where the equal share goes late (4x, about 6
-# minutes, too long for `make test`): exit status 1 unless ramp 0 late, no ramp late.
+# The same with a colder replacement, where the equal share goes late (2x, unverified:
+# at 4x it fell behind its clock): exit status 1 unless ramp 0 late, no ramp late.
 ramp-experiment-colder: venv
-	$(PY) -m bench.ramp_bench --colder --speed 4
+	$(PY) -m bench.ramp_bench --colder --speed 2
 
 clean:
 	rm -rf $(VENV) .fleetmend .pytest_cache .mypy_cache .ruff_cache
