@@ -34,11 +34,15 @@ class CountingRouter:
         return "served"
 
 
-async def offered(rate: float, seconds: float, overrun_s: float) -> tuple[int, float, int]:
+async def offered(
+    rate: float, seconds: float, overrun_s: float, arrivals: str = "exact"
+) -> tuple[int, float, int]:
     """Arrivals over `seconds` of clock time, the worst release lag and the arrivals dropped."""
     clock = OverrunningClock(overrun_s)
     router = CountingRouter()
-    spec = Traffic(namespace="serving", pool="llm", rate=rate)
+    spec = Traffic.model_validate(
+        {"namespace": "serving", "pool": "llm", "rate": rate, "arrivals": arrivals}
+    )
     gen = TrafficGenerator(spec, cast(Router, router), clock, seed=7)
     gen.start()
     while clock.now() < seconds:
@@ -70,3 +74,8 @@ async def test_a_fleet_that_cannot_keep_up_drops_the_overdue_arrivals_and_counts
     assert lag <= 2.0
     assert dropped > arrivals
     assert abs(arrivals + dropped - 6000) < 300
+
+
+async def test_paced_arrivals_lose_each_overrun_as_the_ci_drills_expect() -> None:
+    paced, _, dropped = await offered(60.0, 100.0, overrun_s=0.004, arrivals="paced")
+    assert paced < 0.9 * 6000 and dropped == 0
