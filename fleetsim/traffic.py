@@ -16,9 +16,12 @@ from fleetsim.clock import Clock
 from fleetsim.router import Router, TrafficRequest
 from fleetsim.scenario import Traffic
 
-# Arrivals closer together than this are released together, so high rates on a fast
-# clock do not cost one timer per request.
+# Arrivals due within this are released at once, so high rates on a fast clock do not
+# cost one timer per request.
 _MIN_TICK_S = 0.01
+# Fleet seconds an arrival may be released late; beyond, the fleet is not keeping up with
+# its clock, and catching up would only push every later arrival further behind.
+_MAX_CATCH_UP_S = 2.0
 
 
 @dataclass
@@ -37,6 +40,10 @@ class TrafficGenerator:
         self._tasks: set[asyncio.Task[str]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._seq = 0
+        # How far behind its schedule an arrival was released, at worst.
+        self.max_lag_s = 0.0
+        # Arrivals never released because they were overdue by more than _MAX_CATCH_UP_S.
+        self.dropped = 0
         self.name = f"{spec.namespace}/{spec.pool}"
 
     def surge(self, factor: float, duration_s: float | None) -> None:
@@ -67,12 +74,25 @@ class TrafficGenerator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _run(self) -> None:
-        due = 0.0
+        # `arrivals: exact` keeps arrival times on an absolute schedule: a sleep that
+        # overruns (a busy event loop, a fast clock) delays the next arrivals but does not
+        # drop them, so the offered rate is the scenario's. A process that cannot keep up
+        # at all would only fall further behind: arrivals overdue by more than
+        # `_MAX_CATCH_UP_S` are dropped and counted, so the shortfall shows.
+        next_at = self.clock.now()
         while True:
-            due += self._random.expovariate(self.rate())
-            if due >= _MIN_TICK_S:
-                await self.clock.sleep(due)
-                due = 0.0
+            next_at += self._random.expovariate(self.rate())
+            delay = next_at - self.clock.now()
+            if delay >= _MIN_TICK_S:
+                await self.clock.sleep(delay)
+                if self.spec.arrivals == "paced":
+                    # The scenario asked for the old pacing: the overrun is lost.
+                    next_at = max(next_at, self.clock.now())
+            elif -delay > _MAX_CATCH_UP_S:
+                self.dropped += 1
+                continue
+            else:
+                self.max_lag_s = max(self.max_lag_s, -delay)
             self._fire()
 
     def _fire(self) -> None:

@@ -131,3 +131,32 @@ def test_the_ramp_request_by_request_through_the_replicas_queues() -> None:
     eq7 = simulate_ramp_requests("equal_on_ready", **full)  # type: ignore[arg-type]
     rm7 = simulate_ramp_requests("ramp_on_measured_rate", **full)  # type: ignore[arg-type]
     assert 0 < eq7.late < rm7.late
+
+
+def fifo_waits_in_the_runbooks_queue(cold_frac: float = 0.25) -> tuple[float, float]:
+    """The runbook's own one-second-step queue on the new replica (equal share), read two
+    ways: its wait (backlog over the current rate) and each arrival's own FIFO wait (the
+    steps until everything ahead of it, and it, has been served)."""
+    q = FluidQueue(deadline_s=30.0, accounting="conserving")
+    arrived, departed, estimate = [0.0], [0.0], 0.0
+    for t in range(600):
+        rate = warm_rate_at(t, warm_rate=20.0, cold_frac=cold_frac, warmup_s=120.0)
+        out = q.step(15.0, rate)
+        estimate = max(estimate, out.wait_s)
+        arrived.append(arrived[-1] + 15.0)
+        departed.append(departed[-1] + out.served)
+    own = max(
+        next(k for k in range(t, len(departed)) if departed[k] >= arrived[t] - 1e-9) - t
+        for t in range(1, 400)
+    )
+    return estimate, float(own)
+
+
+def test_the_runbooks_31_s_is_its_estimate_not_any_requests_wait() -> None:
+    # The estimate assumes the rate stays where it is; it climbs while a request queues,
+    # so in the runbook's own queue nobody waits past the 30 s deadline.
+    estimate, own = fifo_waits_in_the_runbooks_queue()
+    assert round(estimate, 1) == 31.2
+    assert own == 27.0
+    colder_estimate, colder_own = fifo_waits_in_the_runbooks_queue(cold_frac=0.1)
+    assert colder_own > 30.0 and colder_estimate > colder_own
