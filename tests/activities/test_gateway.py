@@ -215,3 +215,40 @@ def test_the_retry_contract_holds_even_when_the_routers_counters_cannot_be_read(
     assert result.policy == "retry-before-first-byte" and result.applied_now
     assert result.counts_available is False and "router metrics" in (result.counts_error or "")
     assert result.per_replica == {}
+
+
+def test_undoing_a_tier_that_tightened_nothing_writes_nothing_and_keeps_the_tier(
+    fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
+) -> None:
+    handle = fleet_factory(scenario(rate=0))
+    acts = GatewayActivities(AnnotationGateway(handle.api), runner)
+    env = ActivityEnvironment()
+    # Calm survivors: the tier step decides nothing is needed and records nothing.
+    shed = env.run(
+        acts.apply_shed_tier,
+        ShedTierInput(
+            op_id="i/shed",
+            incident_id="i",
+            namespace=NS,
+            pool=POOL,
+            pressure=PressureSummary(healthy_replicas=3, max_kv_cache_usage=0.1),
+        ),
+    )
+    assert not shed.applied_now and runner.ledger.get("i/shed") is None
+
+    restored = env.run(
+        acts.restore_shed_tier,
+        RestoreShedTierInput(
+            op_id="i/rollback/shed",
+            incident_id="i",
+            namespace=NS,
+            pool=POOL,
+            warm_floor_ready=1,
+            warm_floor_target=1,
+            compensates="i/shed",
+        ),
+    )
+
+    assert not restored.applied_now and restored.applied == restored.previous
+    assert runner.ledger.get("i/rollback/shed") is None
+    assert handle.fleet.kube_server.mutations.writes("i/rollback/shed") == 0
