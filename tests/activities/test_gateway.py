@@ -86,6 +86,29 @@ def test_a_fresh_worker_keeps_the_workflows_last_known_tier_when_the_store_is_do
     assert result.decision.level == TIER_MODEL_FALLBACK
 
 
+def shed_input(*, max_kv_cache_usage: float) -> ShedTierInput:
+    return ShedTierInput(
+        op_id="i/shed",
+        incident_id="i",
+        namespace=NS,
+        pool=POOL,
+        pressure=PressureSummary(healthy_replicas=3, max_kv_cache_usage=max_kv_cache_usage),
+    )
+
+
+def restore_input(*, warm_floor_ready: int) -> RestoreShedTierInput:
+    """Undo "i/shed" with a warm floor of one, `warm_floor_ready` of it back."""
+    return RestoreShedTierInput(
+        op_id="i/rollback/shed",
+        incident_id="i",
+        namespace=NS,
+        pool=POOL,
+        warm_floor_ready=warm_floor_ready,
+        warm_floor_target=1,
+        compensates="i/shed",
+    )
+
+
 def test_the_shed_tier_is_removed_only_once_the_warm_floor_is_restored(
     fleet_factory: Callable[..., FleetHandle], runner: EffectRunner
 ) -> None:
@@ -94,43 +117,21 @@ def test_the_shed_tier_is_removed_only_once_the_warm_floor_is_restored(
     env = ActivityEnvironment()
     shed = env.run(
         acts.apply_shed_tier,
-        ShedTierInput(
-            op_id="i/shed",
-            incident_id="i",
-            namespace=NS,
-            pool=POOL,
-            pressure=PressureSummary(healthy_replicas=3, max_kv_cache_usage=0.99),
-        ),
+        shed_input(max_kv_cache_usage=0.99),
     )
     assert shed.applied.level == TIER_MODEL_FALLBACK
 
     with pytest.raises(ApplicationError) as refused:
         env.run(
             acts.restore_shed_tier,
-            RestoreShedTierInput(
-                op_id="i/rollback/shed",
-                incident_id="i",
-                namespace=NS,
-                pool=POOL,
-                warm_floor_ready=0,
-                warm_floor_target=1,
-                compensates="i/shed",
-            ),
+            restore_input(warm_floor_ready=0),
         )
     assert refused.value.non_retryable and "warm floor 0/1" in str(refused.value)
     assert handle.call(handle.fleet.router.table, NS, POOL).shed_tier == TIER_MODEL_FALLBACK
 
     restored = env.run(
         acts.restore_shed_tier,
-        RestoreShedTierInput(
-            op_id="i/rollback/shed",
-            incident_id="i",
-            namespace=NS,
-            pool=POOL,
-            warm_floor_ready=1,
-            warm_floor_target=1,
-            compensates="i/shed",
-        ),
+        restore_input(warm_floor_ready=1),
     )
     assert restored.previous.level == TIER_MODEL_FALLBACK
     assert restored.applied.level == TIER_NONE and restored.applied_now
@@ -226,27 +227,13 @@ def test_undoing_a_tier_that_tightened_nothing_writes_nothing_and_keeps_the_tier
     # Calm survivors: the tier step decides nothing is needed and records nothing.
     shed = env.run(
         acts.apply_shed_tier,
-        ShedTierInput(
-            op_id="i/shed",
-            incident_id="i",
-            namespace=NS,
-            pool=POOL,
-            pressure=PressureSummary(healthy_replicas=3, max_kv_cache_usage=0.1),
-        ),
+        shed_input(max_kv_cache_usage=0.1),
     )
     assert not shed.applied_now and runner.ledger.get("i/shed") is None
 
     restored = env.run(
         acts.restore_shed_tier,
-        RestoreShedTierInput(
-            op_id="i/rollback/shed",
-            incident_id="i",
-            namespace=NS,
-            pool=POOL,
-            warm_floor_ready=1,
-            warm_floor_target=1,
-            compensates="i/shed",
-        ),
+        restore_input(warm_floor_ready=1),
     )
 
     assert not restored.applied_now and restored.applied == restored.previous
