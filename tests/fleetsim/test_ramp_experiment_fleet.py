@@ -37,7 +37,12 @@ async def test_an_equal_share_on_a_cold_replacement_queues_its_requests_past_the
         (new,) = started_after_the_fault(fleet)
         counters = fleet.counters
         (generator,) = fleet.traffic
-        assert generator.dropped == 0, "the fleet fell behind its clock: not a measurement"
+        # A dropped arrival is load the cold replica never saw: it can only lower the waits
+        # asserted below, so a few (a stall on a shared machine) leave the finding standing;
+        # more would mean the fleet could not keep up, and the run measures nothing.
+        assert generator.dropped <= 0.01 * counters.offered, (
+            f"the fleet fell behind its clock: {generator.dropped} of {counters.offered} dropped"
+        )
         peak_new = counters.max_wait_by_pod[new]
         assert peak_new > traffic.deadline_s
         assert counters.late_by_pod[new] > 0
