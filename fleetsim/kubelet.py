@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,12 +59,47 @@ ROLE_EXPORTER = "dcgm-exporter"
 HEARTBEAT_S = 10.0
 PROBE_TIMEOUT_S = 1.0
 PROBE_MIN_WALL_S = 0.5
+
 LIVENESS_PERIOD_S = 10.0
 LIVENESS_FAILURES = 3
 BACKOFF_START_S = 10.0
 BACKOFF_MAX_S = 300.0
 # A bad revision's process gets this far before it exits.
 CRASH_AFTER_S = 3.0
+
+
+async def probe_within(
+    request: Coroutine[Any, Any, httpx.Response],
+    clock: Clock,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    min_wall_s: float = PROBE_MIN_WALL_S,
+) -> httpx.Response | None:
+    """The probe's answer if it came within its timeout, else None; the request never outlives it.
+
+    A probe cancelled mid-flight (its pod stopped) cancels its request too: left running, the
+    request later fails on the closed connection with nobody to read the error, and asyncio
+    logs it from the garbage collector, at any point of any other code.
+    """
+    work = asyncio.ensure_future(request)
+    started = asyncio.get_running_loop().time()
+    timer = asyncio.ensure_future(clock.sleep(timeout_s))
+    try:
+        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        # On a fast clock a second of fleet time can be a few milliseconds of wall
+        # time; a loaded machine must not fail healthy probes for that.
+        spare = min_wall_s - (asyncio.get_running_loop().time() - started)
+        if not work.done() and spare > 0:
+            await asyncio.wait({work}, timeout=spare)
+    finally:
+        timer.cancel()
+        if not work.done():
+            work.cancel()
+    if not work.done() or work.cancelled():
+        return None
+    try:
+        return work.result()
+    except httpx.HTTPError:
+        return None
 
 
 @dataclass
@@ -456,25 +492,8 @@ class Kubelet:
             )
         else:
             request = probe_client.get(f"http://{ip}:{port}/health")
-        work = asyncio.ensure_future(request)
-        started = asyncio.get_running_loop().time()
-        timer = asyncio.ensure_future(self.clock.sleep(PROBE_TIMEOUT_S))
-        try:
-            await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-            # On a fast clock a second of fleet time can be a few milliseconds of wall
-            # time; a loaded machine must not fail healthy probes for that.
-            spare = PROBE_MIN_WALL_S - (asyncio.get_running_loop().time() - started)
-            if not work.done() and spare > 0:
-                await asyncio.wait({work}, timeout=spare)
-        finally:
-            timer.cancel()
-        if not work.done():
-            work.cancel()
-            return False
-        try:
-            return work.result().status_code == 200
-        except httpx.HTTPError:
-            return False
+        response = await probe_within(request, self.clock)
+        return response is not None and response.status_code == 200
 
     async def _drain(self, rt: PodRuntime, grace: float) -> None:
         """Graceful termination: no new connections, in-flight requests may finish."""
