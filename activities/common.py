@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
@@ -153,6 +154,31 @@ def heartbeat(*details: object) -> None:
     """Heartbeat when running as an activity; a no-op when called directly."""
     if activity.in_activity():
         activity.heartbeat(*details)
+
+
+T = TypeVar("T")
+
+
+def result_heartbeating(future: Future[T], every_s: float = 1.0) -> T:
+    """The future's result, heartbeating while it is not there yet."""
+    while True:
+        try:
+            return future.result(timeout=every_s)
+        except TimeoutError:  # concurrent.futures.TimeoutError since 3.11
+            heartbeat()
+
+
+def heartbeating(call: Callable[[], T], every_s: float = 1.0) -> T:
+    """Run one blocking call, heartbeating until it returns.
+
+    A single request may legitimately take longer than the heartbeat timeout (a cold
+    replica's first token); without this, Temporal would time out a live attempt and run
+    a second one beside it. Outside an activity the call runs inline.
+    """
+    if not activity.in_activity():
+        return call()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return result_heartbeating(pool.submit(call), every_s)
 
 
 def wait(seconds: float, *details: object) -> None:

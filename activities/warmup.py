@@ -16,7 +16,13 @@ import httpx
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.common import PodRef, activity_options, heartbeat
+from activities.common import (
+    PodRef,
+    activity_options,
+    heartbeat,
+    heartbeating,
+    result_heartbeating,
+)
 from activities.errors import PermanentError, TemporaryError, http_errors
 
 
@@ -147,16 +153,15 @@ class WarmupActivities:
                 ]
                 for f in futures:
                     try:
-                        ttfts.append(f.result())
+                        ttfts.append(result_heartbeating(f))
                     except Exception:
                         failures += 1
             return ttfts, failures
         for _ in range(count):
             try:
-                ttfts.append(self._request(url, model, tokens, timeout))
+                ttfts.append(heartbeating(lambda: self._request(url, model, tokens, timeout)))
             except Exception:
                 failures += 1
-            heartbeat()
         return ttfts, failures
 
     @activity.defn
