@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from temporalio import activity
 
+from activities.common import heartbeat
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
@@ -187,6 +189,7 @@ class ReconcileActivities:
             {op.target.split("/")[0] for op in input.operations if op.target.count("/") == 2}
         )
         for namespace in namespaces:
+            heartbeat()
             pods: Any = k8s_call(
                 "list",
                 f"pods {namespace}",
@@ -198,6 +201,7 @@ class ReconcileActivities:
                     name = pod.metadata.name if pod.metadata else "?"
                     holders.setdefault(stamp, []).append(f"{namespace}/pod/{name}")
         for target in sorted({op.target for op in input.operations}):
+            heartbeat()
             found = self._target_stamp(target)
             if found is not None and found[1]:
                 holders.setdefault(found[1], []).append(found[0])

@@ -96,3 +96,22 @@ def test_an_operation_that_names_several_pods_may_stamp_each_of_them() -> None:
     )
     assert _meant_objects(step) >= {f"{NS}/pod/llm-a", f"{NS}/pod/llm-b"}
     assert f"{NS}/pod/llm-c" not in _meant_objects(step)
+
+
+def test_observing_heartbeats_before_each_read_of_the_cluster(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    build_pool(kube.cluster, replicas=3, warm=0, nodes_per_rack=2)
+    for pod in (p["metadata"]["name"] for p in serving_pods(kube.cluster)[:2]):
+        _deroute(kube, runner, settings, pod)
+    acts = ReconcileActivities(runner.ledger, kube.api, settings)
+    ops = ActivityEnvironment().run(acts.read_ledger_operations, LedgerQuery(incident_id=INCIDENT))
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    env.run(acts.observe_effects, ObserveInput(operations=ops.operations))
+
+    # One pod list for the namespace, then one read per distinct target.
+    targets = {o.target for o in ops.operations}
+    assert len(beats) == 1 + len(targets)
