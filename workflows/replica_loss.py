@@ -807,12 +807,17 @@ class ReplicaLossWorkflow:
         return result.replacements
 
     async def _await_replacements(self) -> list[PodRef]:
-        """The held replacements once Ready (they load weights first), bounded by the gate
-        timeout; whichever are Ready then are ramped, the rest stay at the probe share."""
+        """The held replacements once Ready (they load weights first), bounded by
+        `replacement_wait_s`; whichever are Ready then are ramped, the rest stay held."""
         s = self.state
         held = {p["name"] for p in s.replacements}
         poll = timedelta(seconds=max(0.5, self.input.ramp_step_interval_s / 4))
-        deadline = workflow.now() + timedelta(seconds=self.input.gate_timeout_s)
+        wait = (
+            self.input.replacement_wait_s
+            if workflow.patched("hold-share-from-measured-rate")
+            else self.input.gate_timeout_s
+        )
+        deadline = workflow.now() + timedelta(seconds=wait)
         while True:
             found = await self._find_replacements()
             ready = [r.pod for r in found if r.ready]

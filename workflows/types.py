@@ -128,6 +128,10 @@ class IncidentInput(BaseModel):
     # (at most probe_share): patch `hold-share-from-measured-rate`.
     probe_share_floor: float = Field(0.01, gt=0, le=1)
     probe_share_headroom: float = Field(0.8, gt=0, le=1)
+    # How long the ramp waits for a held replacement to load before ramping the Ready
+    # ones (before `hold-share-from-measured-rate`: the gate timeout, so a drill with short
+    # gates never ramped a replacement that loads for longer).
+    replacement_wait_s: float = Field(900.0, gt=0)
     probe_window_s: float = 60.0
     max_probes: int = 4
     ttft_slo_s: float = 2.0

@@ -131,6 +131,8 @@ class Fleet:
     verify_passes: bool = True
     # Pods the pool's controller started in place of lost ones: name -> Ready.
     replacements: dict[str, bool] = field(default_factory=dict)
+    # Replacements still loading weights: name -> polls they answer not Ready before Ready.
+    loading_polls: dict[str, int] = field(default_factory=dict)
     # Replacements that cannot start by waiting: name -> waiting reason.
     stuck: dict[str, str] = field(default_factory=dict)
     # What the assessment finds behind the losses (`rollout`, `image-pull`, ...).
@@ -406,12 +408,16 @@ class FakeActivities:
 
     @activity.defn(name="find_replacements")
     async def find_replacements(self, input: ReplacementsInput) -> ReplacementsResult:
-        self.fleet._enter("find_replacements", input)
+        f = self.fleet
+        f._enter("find_replacements", input)
+        loading = {name for name, polls in f.loading_polls.items() if polls > 0}
+        for name in loading:
+            f.loading_polls[name] -= 1
         return ReplacementsResult(
             replacements=[
                 Replacement(
                     pod=PodRef(namespace=input.namespace, name=name),
-                    ready=ready,
+                    ready=ready and name not in loading,
                     stuck=self.fleet.stuck.get(name),
                 )
                 for name, ready in sorted(self.fleet.replacements.items())

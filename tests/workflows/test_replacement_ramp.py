@@ -76,6 +76,22 @@ async def test_a_replacement_colder_than_the_probe_share_is_probed_at_what_it_se
     assert [r.probe_share for r in fleet.ramp_inputs] == [pytest.approx(0.03)]
 
 
+async def test_a_replacement_that_loads_for_longer_than_the_gate_timeout_is_awaited_and_ramped(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet, dead, replacement = lost_with_a_replacement()
+    # Loading through the hold step and three polls of the ramp's wait (15 s apart).
+    fleet.loading_polls[replacement] = 4
+    _, status = await run_incident(
+        ts_env, task_queue, fleet, dead, gate_timeout_s=5.0, replacement_wait_s=300.0
+    )
+    ramp = next(e for e in status.timeline if e.step == "ramp")
+    assert ramp.evidence["replacements_ready"] == [replacement]
+    assert ramp.evidence["still_loading"] == []
+    assert [e.evidence["pod"] for e in status.timeline if e.step == "probe-share"] == [replacement]
+    assert ramp.evidence["final_weights"][replacement] == 250
+
+
 async def test_with_ramping_disabled_a_replacement_is_neither_held_nor_ramped_and_it_is_recorded(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
