@@ -119,6 +119,16 @@ class ProbeShare(BaseModel):
     reason: str
 
 
+def probe_floor(
+    floor: float, *, pool_per_s: float | None, window_s: float, min_requests: int
+) -> float:
+    """The least share that still sends a probe `min_requests` in its window: a share of
+    a quiet pool's traffic can be no request at all, and a probe that saw none fails."""
+    if pool_per_s is None or pool_per_s <= 0 or window_s <= 0:
+        return floor
+    return max(floor, min_requests / (pool_per_s * window_s))
+
+
 def probe_share_from_rate(
     *,
     ceiling: float,

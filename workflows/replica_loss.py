@@ -41,6 +41,7 @@ from workflows.decisions import (
     check_blast_radius,
     hold_weights,
     next_cooldown,
+    probe_floor,
     probe_passed,
     probe_share_from_rate,
     probe_weight,
@@ -1159,9 +1160,15 @@ class ReplicaLossWorkflow:
         )
         measured = [r.requests_per_s for r in rates.replicas if r.requests_per_s is not None]
         pool = sum(measured) if measured else None
+        floor = probe_floor(
+            self.input.probe_share_floor,
+            pool_per_s=pool,
+            window_s=self.input.probe_window_s,
+            min_requests=self.input.min_probe_requests,
+        )
         chosen = probe_share_from_rate(
             ceiling=self.input.probe_share,
-            floor=min(self.input.probe_share_floor, self.input.probe_share),
+            floor=min(floor, self.input.probe_share),
             served_per_s=served_per_s,
             pool_per_s=pool,
             headroom=self.input.probe_share_headroom,

@@ -128,6 +128,8 @@ class IncidentInput(BaseModel):
     # (at most probe_share): patch `hold-share-from-measured-rate`.
     probe_share_floor: float = Field(0.01, gt=0, le=1)
     probe_share_headroom: float = Field(0.8, gt=0, le=1)
+    # The floor rises so the probe window still sees this many requests.
+    min_probe_requests: int = Field(5, ge=0)
     # How long the ramp waits for a held replacement to load before ramping the Ready
     # ones (before `hold-share-from-measured-rate`: the gate timeout, so a drill with short
     # gates never ramped a replacement that loads for longer).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.decisions import probe_share_from_rate, probe_weight
+from workflows.decisions import probe_floor, probe_share_from_rate, probe_weight
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,24 @@ def test_bounds_that_cannot_hold_a_share_are_refused_by_name(
             ceiling=ceiling, floor=floor, served_per_s=1.0, pool_per_s=10.0, headroom=headroom
         )
     assert named in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("pool", "window", "floor"),
+    [
+        # 60 req/s over a 30 s window: 1% is 18 requests, more than the 5 a probe needs.
+        (60.0, 30.0, 0.01),
+        # A quiet pool (2 req/s): 1% of 60 s is 1.2 requests; 5 need 4.2% of it.
+        (2.0, 60.0, 5 / 120),
+        # Nothing measured, or no window: the configured floor.
+        (None, 30.0, 0.01),
+        (0.0, 30.0, 0.01),
+        (60.0, 0.0, 0.01),
+    ],
+)
+def test_the_floor_rises_until_a_probe_window_sees_its_requests(
+    pool: float | None, window: float, floor: float
+) -> None:
+    assert probe_floor(0.01, pool_per_s=pool, window_s=window, min_requests=5) == pytest.approx(
+        floor
+    )
