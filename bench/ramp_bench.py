@@ -27,7 +27,8 @@ under a fixed 10% probe share).
 
 Exit status 1 unless the ramp leaves 0 late requests, the equal share's peak wait on the
 new replica reaches 80% of the request-level model's (with `--colder`, also past the
-deadline with late requests on it), and neither run dropped arrivals.
+deadline with late requests on it), and neither run dropped arrivals or failed requests
+for an empty ready set (fleetsim's probes timing out in a stalled loop).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ GATE_TIMEOUT_S = 8.0
 AUTO_SHED_TIER_LIMIT = 0
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 # The equal share's peak wait must reach this share of the request-level model's.
+# fleetsim's router's reason for a request that found the ready set empty.
+NO_ENDPOINT = "no endpoint"
 MIN_PEAK_FRACTION = 0.8
 # `--colder`: the experiment with a replacement at 10% of warm, where the equal share's
 # requests really go late, at half the rates. Waits do not change with
@@ -187,6 +190,13 @@ def reproduced(runs: list[dict[str, Any]], scenario: Scenario, *, colder: bool) 
             why.append(
                 f"ramp={r['ramp']}: {r['dropped']} arrivals dropped as overdue: the fleet "
                 "did not keep up with the clock (lower --speed)"
+            )
+        # Every replica out of the ready set at once: fleetsim's own probes timed out in a
+        # stalled event loop (it happens before the fault too), not the policy's doing.
+        if no_endpoint := r["failed_by_reason"].get(NO_ENDPOINT, 0):
+            why.append(
+                f"ramp={r['ramp']}: {no_endpoint} requests failed with no endpoint in the "
+                "ready set: the fleet's probes timed out on every replica (lower --speed)"
             )
     return why
 
