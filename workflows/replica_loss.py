@@ -772,7 +772,8 @@ class ReplicaLossWorkflow:
             return
         # Nothing is measured before it is ready, and a fixed share can be more than a
         # cold replica serves: incidents from this patch on hold it at the floor.
-        hold = self.input.probe_share_floor if sized else self.input.probe_share
+        ceiling = self.input.probe_share
+        hold = min(self.input.probe_share_floor, ceiling) if sized else ceiling
         weights = hold_weights(
             [p["name"] for p in s.facts.survivors], [r.pod.name for r in found], hold
         )
