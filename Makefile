@@ -48,12 +48,12 @@ drills: venv
 	done; exit $$failed
 
 # The runbook's ramp experiment at its own rates (60 req/s, so 2x, not 20x): fleetmend's
-# ramp vs --no-ramp, beside the runbook's late-request figures. About 8 minutes.
+# ramp vs --no-ramp, beside the runbook's late-request figures. About 10 to 15 minutes.
 ramp-experiment: venv
 	$(PY) -m bench.ramp_bench --speed 2
 
-# The same with a colder replacement, where the equal share goes late (2x, unverified:
-# at 4x it fell behind its clock): exit status 1 unless ramp 0 late, no ramp late.
+# The same with a colder replacement, where the equal share goes late (2x, about 10
+# minutes): exit status 1 unless ramp 0 late, no ramp late.
 ramp-experiment-colder: venv
 	$(PY) -m bench.ramp_bench --colder --speed 2
 

@@ -10,6 +10,7 @@ so this activity does not go through the ledger.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -49,6 +50,9 @@ class WarmupResult(BaseModel):
     requests_sent: int
     failures: int
     shapes: dict[str, int] = Field(default_factory=dict)
+    # Requests per second the replica started while serving the concurrent batch (wall
+    # clock): what it can serve now, which a probe share must not exceed.
+    served_per_s: float | None = None
 
 
 WARMUP_OPTIONS = activity_options(start_to_close=300, heartbeat=30, max_attempts=3)
@@ -77,6 +81,23 @@ def warmup_verdict(
         f"TTFT {ttft_before_s:.3f}s -> {ttft_after_s:.3f}s: dropped less than "
         f"{min_ttft_drop:.0%} and above the warm figure {warm_ttft_s:.3f}s"
     )
+
+
+def concurrent_service_rate(first_token_offsets_s: Sequence[float]) -> float | None:
+    """Requests per second a replica started while serving a batch sent at once.
+
+    `first_token_offsets_s` are the seconds from the batch's send to each request's first
+    token. A FIFO replica starts them one after another, so n requests span n - 1 service
+    gaps; the first token's own latency is in the span too, which errs low (a share sized
+    from it is smaller, never larger). A replica that batches them all at once spans
+    little and measures fast. None without two answers to measure between.
+    """
+    if len(first_token_offsets_s) < 2:
+        return None
+    span = max(first_token_offsets_s)
+    if span <= 0:
+        return None
+    return (len(first_token_offsets_s) - 1) / span
 
 
 def _label_safe(name: str) -> str:
@@ -119,15 +140,19 @@ class WarmupActivities:
             f"warm up {models_url}: the replica serves {ids}, not the pool's model {wanted!r}"
         )
 
-    def _request(self, url: str, model: str, max_tokens: int, timeout: float) -> float:
-        """One streamed completion; returns its time to first token in seconds."""
+    def _request(
+        self, url: str, model: str, max_tokens: int, timeout: float, sent: float | None = None
+    ) -> float:
+        """One streamed completion; returns its time to first token in seconds, counted
+        from `sent` when given (a batch's send: a thread that started late would otherwise
+        hide the wait it did not see)."""
         body = {
             "model": model,
             "max_tokens": max_tokens,
             "stream": True,
             "messages": [{"role": "user", "content": "fleetmend warm-up"}],
         }
-        started = time.monotonic()
+        started = time.monotonic() if sent is None else sent
         with (
             http_errors("warm-up request", url),
             self.http.stream("POST", url, json=body, timeout=timeout) as response,
@@ -144,12 +169,16 @@ class WarmupActivities:
     def _batch(
         self, url: str, model: str, tokens: int, count: int, timeout: float, parallel: bool
     ) -> tuple[list[float], int]:
+        """Time to first token of each request that answered (parallel: seconds from the
+        batch's send to each first token), and how many failed."""
         ttfts: list[float] = []
         failures = 0
         if parallel:
+            sent = time.monotonic()
             with ThreadPoolExecutor(max_workers=max(1, count)) as pool:
                 futures = [
-                    pool.submit(self._request, url, model, tokens, timeout) for _ in range(count)
+                    pool.submit(self._request, url, model, tokens, timeout, sent)
+                    for _ in range(count)
                 ]
                 for f in futures:
                     try:
@@ -176,7 +205,7 @@ class WarmupActivities:
             url, model, input.medium_tokens, input.medium_requests, t, parallel=False
         )
         heartbeat()
-        _, f3 = self._batch(
+        concurrent, f3 = self._batch(
             url, model, input.short_tokens, input.concurrent_requests, t, parallel=True
         )
         heartbeat()
@@ -206,4 +235,5 @@ class WarmupActivities:
                 "medium": input.medium_requests,
                 "concurrent": input.concurrent_requests,
             },
+            served_per_s=concurrent_service_rate(concurrent),
         )

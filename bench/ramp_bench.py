@@ -2,11 +2,13 @@
 
     python -m bench.ramp_bench [--speed 2]        # or: make ramp-experiment
     python -m bench.ramp_bench --colder [--speed 2]   # or: make ramp-experiment-colder
+    python -m bench.ramp_bench --colder --cold-frac 0.05 --scale 0.125 --speed 8
 
 Runs `fleetmend drill ramp-experiment` twice, the scenario built on `ramp_back.py`'s own
 parameters (3 warm replicas at 20 req/s carrying 60 req/s, a replacement ready at 25% of
 the warm rate that warms over 120 s, a 30 s deadline): once as fleetmend runs it (the
-replacement held at the probe share while it loads, then ramped by measured rate), once
+replacement held at the floor share while it loads, probed at what its warm-up measured
+it serves, then ramped by measured rate), once
 with ramping disabled (`--no-ramp`: the router gives it an equal share the moment it is
 ready). No gate is approved: the provisioning gate times out to its safe default, so the
 replacement is the controller's own, as in the runbook's model.
@@ -19,11 +21,14 @@ traffic generator's worst release lag and the arrivals it dropped as overdue sho
 whether the fleet kept up with the clock's speed; a run that did not is not evidence.
 
 `--colder` runs the same pair with a replacement at 10% of warm (at half the rates),
-where the equal share's requests really go late (not verified: at 4x it fell behind).
+where the equal share's requests really go late; `--cold-frac` and `--scale` choose
+another start and rate scale (5% at an eighth of the rates is the start that went late
+under a fixed 10% probe share).
 
 Exit status 1 unless the ramp leaves 0 late requests, the equal share's peak wait on the
 new replica reaches 80% of the request-level model's (with `--colder`, also past the
-deadline with late requests on it), and neither run dropped arrivals.
+deadline with late requests on it), and neither run dropped arrivals or failed requests
+for an empty ready set (fleetsim's probes timing out in a stalled loop).
 """
 
 from __future__ import annotations
@@ -55,13 +60,12 @@ GATE_TIMEOUT_S = 8.0
 AUTO_SHED_TIER_LIMIT = 0
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 # The equal share's peak wait must reach this share of the request-level model's.
+# fleetsim's router's reason for a request that found the ready set empty.
+NO_ENDPOINT = "no endpoint"
 MIN_PEAK_FRACTION = 0.8
 # `--colder`: the experiment with a replacement at 10% of warm, where the equal share's
 # requests really go late, at half the rates. Waits do not change with
-# the rates' scale (a backlog and the rate draining it scale together). Not colder:
-# fleetmend holds a replacement at the probe share (10% of the traffic, 0.3 of a warm
-# replica's rate here) until its warm-up check passes, and one at 5% of warm queued
-# past the deadline while held (3 late, peak 31.5 s, at an eighth of the rates and 8x).
+# the rates' scale (a backlog and the rate draining it scale together).
 COLDER_FRAC = 0.1
 COLDER_SCALE = 0.5
 
@@ -187,6 +191,13 @@ def reproduced(runs: list[dict[str, Any]], scenario: Scenario, *, colder: bool) 
                 f"ramp={r['ramp']}: {r['dropped']} arrivals dropped as overdue: the fleet "
                 "did not keep up with the clock (lower --speed)"
             )
+        # Every replica out of the ready set at once: fleetsim's own probes timed out in a
+        # stalled event loop (it happens before the fault too), not the policy's doing.
+        if no_endpoint := r["failed_by_reason"].get(NO_ENDPOINT, 0):
+            why.append(
+                f"ramp={r['ramp']}: {no_endpoint} requests failed with no endpoint in the "
+                "ready set: the fleet's probes timed out on every replica (lower --speed)"
+            )
     return why
 
 
@@ -200,11 +211,31 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="a replacement at 10%% of warm, half the rates: the equal share goes late",
     )
+    parser.add_argument(
+        "--cold-frac",
+        type=float,
+        default=COLDER_FRAC,
+        help="with --colder: the replacement's rate at ready, as a fraction of warm",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=COLDER_SCALE,
+        help="with --colder: the rates as a multiple of the runbook's (waits do not change)",
+    )
     args = parser.parse_args(argv)
+    if not (0 < args.cold_frac <= 1 and args.scale > 0):
+        parser.error(
+            f"--cold-frac must be in (0, 1] and --scale > 0, got {args.cold_frac} and {args.scale}"
+        )
     speed = args.speed or 2.0
     # Kept after the run: each drill's reports and logs are the evidence behind the table.
     state = Path(tempfile.mkdtemp(prefix="fleetmend-ramp-bench-"))
-    ref = str(colder_variant(state)) if args.colder else SCENARIO
+    ref = (
+        str(colder_variant(state, scale=args.scale, cold_frac=args.cold_frac))
+        if args.colder
+        else SCENARIO
+    )
     scenario = load_scenario(ref)
     predicted = references(scenario)
     runs = [

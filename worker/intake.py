@@ -122,6 +122,7 @@ def incident_input(settings: Settings, lost: LostReplica) -> IncidentInput:
         cooldown_s=defaults.cooldown_s / scale,
         cooldown_max_s=defaults.cooldown_max_s / scale,
         probe_window_s=defaults.probe_window_s / scale,
+        replacement_wait_s=defaults.replacement_wait_s / scale,
         ramp_step_interval_s=defaults.ramp_step_interval_s / scale,
         verify_interval_s=defaults.verify_interval_s / scale,
         verify_window_s=max(1.0, defaults.verify_window_s / scale),

@@ -109,3 +109,82 @@ def hold_weights(
     rest = total_weight - sum(weights.values())
     weights.update({pod: max(1, rest // len(warm)) for pod in warm})
     return weights
+
+
+class ProbeShare(BaseModel):
+    """The share of the pool's traffic a cold replica is held and probed at, and why."""
+
+    share: float
+    bound: str  # "floor", "measured" or "ceiling": which limit set the share
+    reason: str
+
+
+def probe_floor(
+    floor: float, *, pool_per_s: float | None, window_s: float, min_requests: int
+) -> float:
+    """The least share that still sends a probe `min_requests` in its window: a share of
+    a quiet pool's traffic can be no request at all, and a probe that saw none fails."""
+    if pool_per_s is None or pool_per_s <= 0 or window_s <= 0:
+        return floor
+    return max(floor, min_requests / (pool_per_s * window_s))
+
+
+def probe_share_from_rate(
+    *,
+    ceiling: float,
+    floor: float,
+    served_per_s: float | None,
+    pool_per_s: float | None,
+    headroom: float = 0.8,
+) -> ProbeShare:
+    """The probe share a replica can serve: `headroom` of its measured service rate over
+    the pool's traffic, between `floor` (it still gets requests to measure) and the
+    configured `ceiling`.
+
+    A fixed share is a fixed rate: 10% of a pool's traffic is 0.3 of a warm replica's
+    rate with three warm, more than a replacement under about 30% of warm serves, and a
+    replica sent more than it serves queues without bound while it is held. Both rates
+    are in the same unit (whatever the clock of the measurements), so only their ratio
+    matters. Without both measurements the replica gets only the floor.
+    """
+    if not 0 < floor <= ceiling <= 1:
+        raise ValueError(
+            f"probe share bounds must satisfy 0 < floor <= ceiling <= 1, got floor={floor} "
+            f"and ceiling={ceiling}"
+        )
+    if not 0 < headroom <= 1:
+        raise ValueError(f"probe share headroom must be in (0, 1], got {headroom}")
+    if served_per_s is None or served_per_s <= 0:
+        return ProbeShare(
+            share=floor,
+            bound="floor",
+            reason=f"no service rate measured: the floor share of {floor:.1%}",
+        )
+    if pool_per_s is None or pool_per_s <= 0:
+        return ProbeShare(
+            share=floor,
+            bound="floor",
+            reason=f"the pool's traffic not measured: the floor share of {floor:.1%}",
+        )
+    fits = headroom * served_per_s / pool_per_s
+    measured = (
+        f"serves {served_per_s:.2f} req/s of the pool's {pool_per_s:.2f}; "
+        f"{headroom:.0%} of it is {fits:.1%} of the traffic"
+    )
+    if fits >= ceiling:
+        return ProbeShare(
+            share=ceiling,
+            bound="ceiling",
+            reason=f"{measured}, capped at the configured probe share of {ceiling:.1%}",
+        )
+    if fits <= floor:
+        return ProbeShare(
+            share=floor,
+            bound="floor",
+            reason=f"{measured}, raised to the floor of {floor:.1%} so it still gets requests",
+        )
+    return ProbeShare(
+        share=fits,
+        bound="measured",
+        reason=f"{measured}, under the configured probe share of {ceiling:.1%}",
+    )

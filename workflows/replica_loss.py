@@ -41,7 +41,9 @@ from workflows.decisions import (
     check_blast_radius,
     hold_weights,
     next_cooldown,
+    probe_floor,
     probe_passed,
+    probe_share_from_rate,
     probe_weight,
     serving_capacity,
 )
@@ -761,14 +763,19 @@ class ReplicaLossWorkflow:
         if not self.input.ramp:
             self._evidence(ramp=RAMP_DISABLED)
             return
+        # A cold replica held at the floor share, then probed at what its warm-up measured
+        # it serves, instead of a fixed share a very cold replica cannot keep up with.
+        sized = workflow.patched("hold-share-from-measured-rate")
         found = await self._find_replacements()
         if not found:
             self._evidence(note="no replacement started yet")
             return
+        # Nothing is measured before it is ready, and a fixed share can be more than a
+        # cold replica serves: incidents from this patch on hold it at the floor.
+        ceiling = self.input.probe_share
+        hold = min(self.input.probe_share_floor, ceiling) if sized else ceiling
         weights = hold_weights(
-            [p["name"] for p in s.facts.survivors],
-            [r.pod.name for r in found],
-            self.input.probe_share,
+            [p["name"] for p in s.facts.survivors], [r.pod.name for r in found], hold
         )
         await self._set_weights("hold-replacements", s.pool, weights)
         s.replacements = [r.pod.model_dump(mode="json") for r in found]
@@ -777,6 +784,15 @@ class ReplicaLossWorkflow:
                 pod=r.pod.name, cooldown_s=self.input.cooldown_s, state="half-open"
             )
         self._evidence(held=[r.pod.name for r in found], weights=weights)
+        if sized:
+            self._evidence(
+                hold_share=hold,
+                hold_share_why=(
+                    f"not ready, nothing measured: the floor of {hold:.1%} until its warm-up "
+                    f"measures what it serves (at most the probe share of "
+                    f"{self.input.probe_share:.1%})"
+                ),
+            )
 
     async def _find_replacements(self) -> list[Replacement]:
         s = self.state
@@ -793,12 +809,17 @@ class ReplicaLossWorkflow:
         return result.replacements
 
     async def _await_replacements(self) -> list[PodRef]:
-        """The held replacements once Ready (they load weights first), bounded by the gate
-        timeout; whichever are Ready then are ramped, the rest stay at the probe share."""
+        """The held replacements once Ready (they load weights first), bounded by
+        `replacement_wait_s`; whichever are Ready then are ramped, the rest stay held."""
         s = self.state
         held = {p["name"] for p in s.replacements}
         poll = timedelta(seconds=max(0.5, self.input.ramp_step_interval_s / 4))
-        deadline = workflow.now() + timedelta(seconds=self.input.gate_timeout_s)
+        wait = (
+            self.input.replacement_wait_s
+            if workflow.patched("hold-share-from-measured-rate")
+            else self.input.gate_timeout_s
+        )
+        deadline = workflow.now() + timedelta(seconds=wait)
         while True:
             found = await self._find_replacements()
             ready = [r.pod for r in found if r.ready]
@@ -1024,7 +1045,7 @@ class ReplicaLossWorkflow:
                 new_replicas=new,
                 warmed_pods=warmed,
                 ttft_slo_s=self.input.ttft_slo_s,
-                probe_share=self.input.probe_share,
+                probe_share=self._ramp_probe_share(new),
                 steps=self.input.ramp_steps,
                 step_interval_s=self.input.ramp_step_interval_s,
             ),
@@ -1050,18 +1071,37 @@ class ReplicaLossWorkflow:
             held_back=result.held_back,
         )
 
+    def _ramp_probe_share(self, new: list[PodRef]) -> float:
+        """The ramp's lowest share for a new replica: the smallest probe share sized for
+        them, or the configured one when none was sized (before the patch)."""
+        sized = [
+            share.probe_share
+            for p in new
+            if (share := self.state.shares.get(p.name)) is not None and share.probe_share
+        ]
+        return min(sized) if sized else self.input.probe_share
+
     async def _half_open(self, replica: PodRef) -> bool:
         """Seed 002, 8.3: probe share; pass -> full share; fail -> cool down, doubling, bounded."""
         s = self.state
         share = s.shares.setdefault(
             replica.name, ReplicaShare(pod=replica.name, cooldown_s=self.input.cooldown_s)
         )
+        sized = workflow.patched("hold-share-from-measured-rate")
         warm = await workflow.execute_activity_method(
             WarmupActivities.warm_up_replica,
             WarmupInput(replica=replica, model=s.facts.model or ""),
             **WARMUP_OPTIONS,
         )
         self._note("warm-up", "passed" if warm.passed else "failed", warm.model_dump())
+        if sized:
+            share.probe_share = await self._size_probe_share(replica, warm.served_per_s)
+            # A promoted spare is already at the configured share, a replacement at the floor.
+            promoted = replica.name in {p["name"] for p in s.new_replicas}
+            given = probe_weight(self.input.probe_share) if promoted else None
+            if warm.passed and probe_weight(share.probe_share) != given:
+                await self._set_weight(replica.name, probe_weight(share.probe_share), "probe-1")
+        probe = self.input.probe_share if share.probe_share is None else share.probe_share
         passed = False
         while share.probes < self.input.max_probes:
             share.probes += 1
@@ -1069,9 +1109,7 @@ class ReplicaLossWorkflow:
                 await self._set_weight(replica.name, 0, f"cool-{share.probes}")
                 share.state = "cooling"
                 await workflow.sleep(timedelta(seconds=share.cooldown_s))
-                await self._set_weight(
-                    replica.name, probe_weight(self.input.probe_share), f"probe-{share.probes}"
-                )
+                await self._set_weight(replica.name, probe_weight(probe), f"probe-{share.probes}")
                 share.state = "half-open"
             rates = await workflow.execute_activity_method(
                 MetricsActivities.read_replica_rates,
@@ -1111,6 +1149,44 @@ class ReplicaLossWorkflow:
         share.state = "held-back"
         await self._set_weight(replica.name, 0, "held-back")
         return False
+
+    async def _size_probe_share(self, replica: PodRef, served_per_s: float | None) -> float:
+        """The probe share `replica` can serve: its warm-up's measured rate against the
+        pool's traffic, read now (the survivors' rates and its own at the hold share)."""
+        survivors = [PodRef.model_validate(p) for p in self.state.facts.survivors]
+        rates = await workflow.execute_activity_method(
+            MetricsActivities.read_replica_rates,
+            RatesInput(targets=[*survivors, replica], interval_s=ASSESS_RATE_WINDOW_S),
+            **READ_RATES_OPTIONS,
+        )
+        measured = [r.requests_per_s for r in rates.replicas if r.requests_per_s is not None]
+        pool = sum(measured) if measured else None
+        floor = probe_floor(
+            self.input.probe_share_floor,
+            pool_per_s=pool,
+            window_s=self.input.probe_window_s,
+            min_requests=self.input.min_probe_requests,
+        )
+        chosen = probe_share_from_rate(
+            ceiling=self.input.probe_share,
+            floor=min(floor, self.input.probe_share),
+            served_per_s=served_per_s,
+            pool_per_s=pool,
+            headroom=self.input.probe_share_headroom,
+        )
+        self._note(
+            "probe-share",
+            f"{chosen.share:.1%} ({chosen.bound})",
+            {
+                "pod": replica.name,
+                "share": round(chosen.share, 4),
+                "weight": probe_weight(chosen.share),
+                "served_per_s": served_per_s,
+                "pool_per_s": pool,
+                "why": chosen.reason,
+            },
+        )
+        return chosen.share
 
     async def _set_weight(self, pod: str, weight: int, round_name: str) -> None:
         await self._set_weights("ramp", f"{pod}/{round_name}", {pod: weight})

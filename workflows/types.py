@@ -124,6 +124,16 @@ class IncidentInput(BaseModel):
     cooldown_s: float = 30.0
     cooldown_max_s: float = 300.0
     probe_share: float = 0.1
+    # A cold replica is held at the floor until it is measured, then at what it serves
+    # (at most probe_share): patch `hold-share-from-measured-rate`.
+    probe_share_floor: float = Field(0.01, gt=0, le=1)
+    probe_share_headroom: float = Field(0.8, gt=0, le=1)
+    # The floor rises so the probe window still sees this many requests.
+    min_probe_requests: int = Field(5, ge=0)
+    # How long the ramp waits for a held replacement to load before ramping the Ready
+    # ones (before `hold-share-from-measured-rate`: the gate timeout, so a drill with short
+    # gates never ramped a replacement that loads for longer).
+    replacement_wait_s: float = Field(900.0, gt=0)
     probe_window_s: float = 60.0
     max_probes: int = 4
     ttft_slo_s: float = 2.0
@@ -258,6 +268,8 @@ class ReplicaShare(BaseModel):
     cooldown_s: float
     probes: int = 0
     state: Literal["cooling", "half-open", "full", "held-back"] = "cooling"
+    # Sized from its measured service rate (patch `hold-share-from-measured-rate`).
+    probe_share: float | None = None
 
 
 class Facts(BaseModel):

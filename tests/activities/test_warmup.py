@@ -7,7 +7,12 @@ from collections.abc import Callable
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.warmup import WarmupActivities, WarmupInput, warmup_verdict
+from activities.warmup import (
+    WarmupActivities,
+    WarmupInput,
+    concurrent_service_rate,
+    warmup_verdict,
+)
 
 from .conftest import MODEL, NS, POOL, FleetHandle, scenario
 
@@ -38,6 +43,27 @@ def test_a_replica_passes_warm_up_only_if_its_ttft_dropped(
     assert ok is passed, reason
 
 
+@pytest.mark.parametrize(
+    ("offsets", "rate"),
+    [
+        # A FIFO replica at 2 req/s starts 8 requests 0.5 s apart: 7 gaps in 3.5 s (+ a token).
+        ([0.05 + i * 0.5 for i in range(8)], 7 / 3.55),
+        # One that batches them answers all at once: fast, however many it was sent.
+        ([0.2] * 8, 7 / 0.2),
+        # Answers in any order: the span is the last first token.
+        ([3.0, 1.0, 2.0], 2 / 3.0),
+        # Nothing to measure between.
+        ([0.4], None),
+        ([], None),
+        ([0.0, 0.0], None),
+    ],
+)
+def test_a_concurrent_batch_measures_the_rate_a_replica_starts_requests_at(
+    offsets: list[float], rate: float | None
+) -> None:
+    assert concurrent_service_rate(offsets) == (None if rate is None else pytest.approx(rate))
+
+
 def test_a_warm_spare_is_warmed_with_every_request_shape_and_passes(
     fleet_factory: Callable[..., FleetHandle],
 ) -> None:
@@ -55,6 +81,10 @@ def test_a_warm_spare_is_warmed_with_every_request_shape_and_passes(
     assert result.ttft_after_s is not None and result.ttft_before_s is not None
     engine = next(rt.engine for rt in handle.fleet.kubelet.pods.values() if rt.name == spare.name)
     assert engine is not None and engine.stats.success >= 14
+    # What it measured serving is never more than it serves (4 req/s at 10x: 40 per
+    # wall second), so a probe share sized from it does not queue the replica.
+    assert result.served_per_s is not None
+    assert 0 < result.served_per_s <= engine.service_rate() * 10
 
 
 def test_a_replica_that_fails_warm_up_is_reported_failed(

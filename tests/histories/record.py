@@ -183,6 +183,19 @@ async def replacement_on_the_same_node(
     return await report_loss(client, tq, fleet, loss_of(fleet, dead))
 
 
+async def cold_replacement_held_at_what_it_serves(
+    client: Client, tq: str, fleet: Fleet
+) -> WorkflowHandle[Any, Any]:
+    # Recorded after `hold-share-from-measured-rate`: the replacement is held at the floor
+    # share, its warm-up measures 6 req/s of the pool's 160 and it is probed at 3%.
+    dead, replacement = f"{fleet.pool}-3", f"{fleet.pool}-3-new"
+    fleet.kill(dead)
+    fleet.pods[replacement] = Pod(node=f"gpu-{fleet.pool}-9", weight=None)
+    fleet.replacements[replacement] = True
+    fleet.warm_up_rates[replacement] = 6.0
+    return await report_loss(client, tq, fleet, loss_of(fleet, dead))
+
+
 async def deroute_first(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
     # Recorded after `deroute-first`: assess and the routing read run as local
     # activities, and the severity reaches the channel once the endpoint is out.
@@ -216,6 +229,10 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "rollout_not_churned": (rollout_not_churned, {"warm": 0}),
     "replacement_on_the_same_node": (replacement_on_the_same_node, {"warm": 0}),
     "deroute_first": (deroute_first, {"warm": 1}),
+    "cold_replacement_held_at_what_it_serves": (
+        cold_replacement_held_at_what_it_serves,
+        {"warm": 0},
+    ),
     "severity_told_before_the_blast_radius_gate": (
         severity_told_before_the_blast_radius_gate,
         {"warm": 1},

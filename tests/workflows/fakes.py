@@ -131,12 +131,16 @@ class Fleet:
     verify_passes: bool = True
     # Pods the pool's controller started in place of lost ones: name -> Ready.
     replacements: dict[str, bool] = field(default_factory=dict)
+    # Replacements still loading weights: name -> polls they answer not Ready before Ready.
+    loading_polls: dict[str, int] = field(default_factory=dict)
     # Replacements that cannot start by waiting: name -> waiting reason.
     stuck: dict[str, str] = field(default_factory=dict)
     # What the assessment finds behind the losses (`rollout`, `image-pull`, ...).
     common_causes: list[CommonCause] = field(default_factory=list)
     # Per pod, TTFT p99 of successive probes; a pod absent answers 0.4 s.
     probe_ttft: dict[str, list[float]] = field(default_factory=dict)
+    # Per pod, the service rate its warm-up measures; a pod absent serves its `rate`.
+    warm_up_rates: dict[str, float] = field(default_factory=dict)
     fail: Callable[[str, BaseModel], bool] = lambda name, request: False
     # Activities that decline on purpose (RefusedError), e.g. triage of a node that serves.
     refuse: Callable[[str, BaseModel], bool] = lambda name, request: False
@@ -144,6 +148,7 @@ class Fleet:
     applied: Counter[str] = field(default_factory=Counter)
     calls: list[tuple[str, str | None]] = field(default_factory=list)
     verify_inputs: list[VerifyCapacityInput] = field(default_factory=list)
+    ramp_inputs: list[RampInput] = field(default_factory=list)
     intents: list[tuple[str, str]] = field(default_factory=list)
     ledger: dict[str, Any] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
@@ -403,12 +408,16 @@ class FakeActivities:
 
     @activity.defn(name="find_replacements")
     async def find_replacements(self, input: ReplacementsInput) -> ReplacementsResult:
-        self.fleet._enter("find_replacements", input)
+        f = self.fleet
+        f._enter("find_replacements", input)
+        loading = {name for name, polls in f.loading_polls.items() if polls > 0}
+        for name in loading:
+            f.loading_polls[name] -= 1
         return ReplacementsResult(
             replacements=[
                 Replacement(
                     pod=PodRef(namespace=input.namespace, name=name),
-                    ready=ready,
+                    ready=ready and name not in loading,
                     stuck=self.fleet.stuck.get(name),
                 )
                 for name, ready in sorted(self.fleet.replacements.items())
@@ -561,7 +570,9 @@ class FakeActivities:
         f._enter("read_replica_rates", input)
         replicas = []
         for t in input.targets:
-            queue = f.probe_ttft.get(t.name)
+            # A probe reads its one replica; a read of the pool (sizing a probe share)
+            # leaves the replica's probe answers to its probes.
+            queue = f.probe_ttft.get(t.name) if len(input.targets) == 1 else None
             ttft = queue.pop(0) if queue else 0.4
             replicas.append(
                 ReplicaRate(pod=t.name, requests_per_s=f.pods[t.name].rate, ttft_p99_s=ttft)
@@ -577,6 +588,7 @@ class FakeActivities:
     async def ramp_traffic(self, input: RampInput) -> RampResult:
         f = self.fleet
         f._enter("ramp_traffic", input)
+        f.ramp_inputs.append(input)
         pods = [r.name for r in [*input.warm_replicas, *input.new_replicas]]
         previous = {p: f.pods[p].weight for p in pods}
 
@@ -621,15 +633,18 @@ class FakeActivities:
 
     @activity.defn(name="warm_up_replica")
     async def warm_up_replica(self, input: WarmupInput) -> WarmupResult:
-        self.fleet._enter("warm_up_replica", input)
+        f = self.fleet
+        f._enter("warm_up_replica", input)
+        pod = input.replica.name
         return WarmupResult(
-            pod=input.replica.name,
+            pod=pod,
             passed=True,
             reason="TTFT dropped",
             ttft_before_s=1.9,
             ttft_after_s=0.4,
             requests_sent=12,
             failures=0,
+            served_per_s=f.warm_up_rates.get(pod, f.pods[pod].rate),
         )
 
     @activity.defn(name="notify_incident_channel")

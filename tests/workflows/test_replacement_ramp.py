@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.workflows.fakes import Fleet, Pod
@@ -34,7 +35,7 @@ async def run_incident(
         return result, await status_of(handle)
 
 
-async def test_a_controller_replacement_is_held_at_the_probe_share_then_ramped(
+async def test_a_controller_replacement_is_held_at_the_floor_share_then_ramped(
     ts_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     fleet, dead, replacement = lost_with_a_replacement()
@@ -42,14 +43,53 @@ async def test_a_controller_replacement_is_held_at_the_probe_share_then_ramped(
     hold = next(e for e in status.timeline if e.step == "hold-replacements")
     assert hold.evidence["held"] == [replacement]
     weights = hold.evidence["weights"]
-    # The cold replica gets the probe share (10% of 1000); the three survivors the rest.
-    assert weights[replacement] == 100
-    assert sorted(w for p, w in weights.items() if p != replacement) == [300, 300, 300]
+    # Nothing measured before it is ready: the floor (1% of 1000); the survivors the rest.
+    assert weights[replacement] == 10
+    assert sorted(w for p, w in weights.items() if p != replacement) == [330, 330, 330]
+    assert hold.evidence["hold_share"] == 0.01
+    assert "floor" in hold.evidence["hold_share_why"]
     assert any(f"/hold-replacements/{fleet.pool}" in op for op in fleet.applied)
+    # Its warm-up measured a warm rate (20 req/s of the pool's 80): the configured 10%.
+    (sized,) = [e for e in status.timeline if e.step == "probe-share"]
+    assert sized.evidence["pod"] == replacement
+    assert sized.evidence["weight"] == 100
+    assert sized.outcome == "10.0% (ceiling)"
     ramp = next(e for e in status.timeline if e.step == "ramp")
     assert ramp.evidence["final_weights"][replacement] == 250
     assert fleet.pods[replacement].weight == 250
     assert result.outcome in ("recovered", "recovered-measures-kept")
+
+
+async def test_a_replacement_colder_than_the_probe_share_is_probed_at_what_it_serves(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet, dead, replacement = lost_with_a_replacement()
+    # Its warm-up serves 3 req/s of the pool's 80: 80% of that is 3% of the traffic.
+    fleet.warm_up_rates[replacement] = 3.0
+    _, status = await run_incident(ts_env, task_queue, fleet, dead)
+    (sized,) = [e for e in status.timeline if e.step == "probe-share"]
+    assert sized.outcome == "3.0% (measured)"
+    assert sized.evidence["served_per_s"] == 3.0
+    assert sized.evidence["pool_per_s"] == 80.0
+    assert "under the configured probe share of 10.0%" in sized.evidence["why"]
+    assert any(op.endswith(f"/ramp/{replacement}/probe-1") for op in fleet.applied)
+    assert [r.probe_share for r in fleet.ramp_inputs] == [pytest.approx(0.03)]
+
+
+async def test_a_replacement_that_loads_for_longer_than_the_gate_timeout_is_awaited_and_ramped(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet, dead, replacement = lost_with_a_replacement()
+    # Loading through the hold step and three polls of the ramp's wait (15 s apart).
+    fleet.loading_polls[replacement] = 4
+    _, status = await run_incident(
+        ts_env, task_queue, fleet, dead, gate_timeout_s=5.0, replacement_wait_s=300.0
+    )
+    ramp = next(e for e in status.timeline if e.step == "ramp")
+    assert ramp.evidence["replacements_ready"] == [replacement]
+    assert ramp.evidence["still_loading"] == []
+    assert [e.evidence["pod"] for e in status.timeline if e.step == "probe-share"] == [replacement]
+    assert ramp.evidence["final_weights"][replacement] == 250
 
 
 async def test_with_ramping_disabled_a_replacement_is_neither_held_nor_ramped_and_it_is_recorded(
