@@ -261,8 +261,9 @@ class ReadChaosDrill(Drill):
                     for k in killed:
                         k.detail["held_read"] = req.object_ref
                     self.killed += killed
-                    return
+                    break
             if self.gated is not None:
+                # Once every gated activity was killed, reads pass without a look.
                 self.gated.gates = [f.gate for f in self._waiting.values() if f.gate is not None]
 
     async def _running_first_attempts(self, workflow_id: str) -> list[PendingActivityInfo]:
