@@ -1,10 +1,12 @@
-"""An incident with no warm spare survives its worker being SIGKILLed while it estimates the
-provisioning lead time, and still announces that lead time, once, as a number.
+"""An incident with no warm spare survives its worker being SIGKILLed while it holds the
+replacement at the probe share and while it estimates the provisioning lead time, and
+still announces that lead time, once, as a number.
 
 One `no-warm-capacity` drill on the real stack (`tests/faults/read_chaos.py`): the pool's
-pod list that `estimate_lead_time` reads first is also read by the steps before it, so
-each such read is held at a gate until the watcher has seen which activity runs, and the
-worker is killed inside the estimate's. The other read-only activities of this path
+pod list that `estimate_lead_time` reads first, and the pods `set_router_weights` reads
+by name before it writes, are also read by the steps before them, so each such read is
+held at a gate until the watcher has seen which activity runs, and the worker is killed
+inside theirs. The other read-only activities of this path
 (find_replacements, diagnose_pending) are killed in `test_read_faults.py`'s drill.
 """
 
@@ -28,7 +30,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SPEED = 20.0
 INCIDENT = "replica-loss/serving/inference-llm"
-PLAN = [ReadFault("estimate_lead_time", gate=Reads("list", "pods"))]
+# The evicted replica's replacement is held at the probe share before provisioning:
+# set_router_weights reads each pod's weight first (a pod by name, as deroute did).
+PLAN = [
+    ReadFault("set_router_weights", gate=Reads("get", "pods")),
+    ReadFault("estimate_lead_time", gate=Reads("list", "pods")),
+]
 
 
 class Run:
@@ -49,10 +56,13 @@ async def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(drill, await drill.run())
 
 
-def test_the_worker_was_killed_while_the_lead_time_was_estimated(run: Run) -> None:
+def test_the_worker_was_killed_while_the_weights_were_read_and_the_lead_time_estimated(
+    run: Run,
+) -> None:
     assert_killed_as_planned(run.drill, PLAN)
-    (killed,) = run.drill.killed
-    assert killed.detail["held_read"] == "pods serving"
+    held = {k.fault.key: k.detail["held_read"] for k in run.drill.killed}
+    assert held["estimate_lead_time"] == "pods serving"
+    assert held["set_router_weights"].startswith("pods serving/inference-llm-")
 
 
 def test_the_incident_completes_on_provisioned_capacity(run: Run) -> None:
@@ -65,9 +75,12 @@ def test_the_incident_completes_on_provisioned_capacity(run: Run) -> None:
     assert set(run.result.routed_after_deroute.values()) == {0}
 
 
-def test_the_estimate_completed_on_a_later_attempt_and_the_timeline_shows_it(run: Run) -> None:
-    assert_each_completed_on_a_later_attempt(run.drill, INCIDENT, {"estimate_lead_time"})
-    assert "estimate_lead_time" in timeline_retries(run.status)
+def test_each_killed_activity_completed_on_a_later_attempt_and_the_timeline_shows_it(
+    run: Run,
+) -> None:
+    killed = {f.activity for f in PLAN}
+    assert_each_completed_on_a_later_attempt(run.drill, INCIDENT, killed)
+    assert timeline_retries(run.status) >= killed
 
 
 def test_the_lead_time_was_announced_once_as_a_number(run: Run) -> None:
