@@ -1,6 +1,6 @@
 """What every worker-kill drill must show, read from a finished `ReadChaosDrill`.
 
-Shared by the drill modules (`test_read_faults.py`, `test_provision_read_faults.py`):
+Shared by the drill modules (`test_read_faults.py`, `drill_provision_kills.py`):
 each kill struck as planned, the killed activity completed on a later attempt, the
 timeline reports the retry, and fleetsim saw every stamped write once.
 """

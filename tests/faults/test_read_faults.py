@@ -67,7 +67,8 @@ def hang_first(verb: Verb, resource: str) -> ApiFault:
 # fleetsim so the worker dies inside it. The other quick reads make requests earlier
 # steps make too (a pod by name, the pool's Deployment, the pool's pod list): each such
 # read is held at its gate until the watcher has seen which activity is running.
-# (estimate_lead_time runs only when no warm spare is left: test_provision_read_faults.)
+# (estimate_lead_time runs only when no warm spare is left: drill_provision_kills.py,
+# `make provision-kills`, outside CI.)
 PLAN = [
     ReadFault("assess_loss", hang_first("list", "pods")),
     ReadFault("read_routing_state", hang_first("get", "services")),
