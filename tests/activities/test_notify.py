@@ -177,3 +177,31 @@ def test_a_retry_after_the_worker_died_mid_post_posts_again_under_the_same_key(
     assert retried.delivered and retried.applied_now
     assert [p.headers["Idempotency-Key"] for p in channel.posts] == [op.op_id] * 2
     assert len({p.content for p in channel.posts}) == 1
+
+
+def test_a_retry_after_the_2xx_was_recorded_confirms_it_without_posting_again(
+    runner: EffectRunner,
+) -> None:
+    channel = Channel()
+    op = NotifyInput(op_id="i/notify/recorded", incident_id="i", title="t")
+    # The dead attempt got its 2xx and the ledger recorded it applied; confirm never ran.
+    spec = OperationSpec(
+        op_id=op.op_id,
+        incident_id="i",
+        kind="notify",
+        target="webhook/incident-channel",
+        intent={"title": "t", "facts": []},
+    )
+    runner.ledger.run_once(spec, lambda _: {"status_code": 200})
+
+    retried = ActivityEnvironment().run(
+        NotifyActivities(
+            channel.client(), "https://hooks.example/x", runner
+        ).notify_incident_channel,
+        op,
+    )
+
+    assert channel.posts == []
+    assert (retried.delivered, retried.status_code, retried.applied_now) == (True, 200, False)
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and record.state == "confirmed"
