@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PACKAGES := workflows activities ledger worker fleetsim migrations
 
-.PHONY: venv demo up test lint fmt bench drills ramp-experiment ramp-experiment-colder clean
+.PHONY: venv demo up test lint fmt bench drills ramp-experiment ramp-experiment-colder provision-kills clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -56,6 +56,12 @@ ramp-experiment: venv
 # minutes): exit status 1 unless ramp 0 late, no ramp late.
 ramp-experiment-colder: venv
 	$(PY) -m bench.ramp_bench --colder --speed 2
+
+# The worker SIGKILLed in set_router_weights and estimate_lead_time on a no-warm-capacity
+# drill at 20x (README, Process faults): outside `make test`, which it would take over
+# its time budget.
+provision-kills: venv
+	$(BIN)/pytest -q tests/faults/drill_provision_kills.py
 
 clean:
 	rm -rf $(VENV) .fleetmend .pytest_cache .mypy_cache .ruff_cache

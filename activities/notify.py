@@ -16,6 +16,7 @@ from temporalio import activity
 
 from activities.common import (
     MUTATING_HEARTBEAT_S,
+    ConfirmFn,
     EffectRunnerLike,
     MutatingInput,
     MutatingResult,
@@ -104,11 +105,27 @@ def lead_time_facts(seconds: float, source: str, samples: int, warm_floor: int) 
     ]
 
 
-def _acknowledged(op_id: str) -> dict[str, Any]:
-    # A webhook cannot be read back: the receiver's 2xx, which `apply` required before the
-    # ledger recorded it applied, is the only observation there is. Without it a delivered
-    # message would stay unconfirmed and reconciliation would call it an orphan.
-    return {"acknowledged": "2xx"}
+def acknowledgement(runner: EffectRunnerLike, seen: dict[str, int]) -> ConfirmFn:
+    """Evidence that the channel took the message: a 2xx this attempt saw, or one recorded.
+
+    A webhook cannot be read back: the receiver's 2xx, which `apply` requires before the
+    ledger records it applied, is the only observation there is. Without it a delivered
+    message would stay unconfirmed and reconciliation would call it an orphan. A retry
+    whose earlier attempt died mid-POST has no 2xx to show, so it posts again under the
+    same Idempotency-Key (the receiver dedupes on it) rather than call a message nobody
+    acknowledged delivered: an incident channel can take a repeat, not a silent loss.
+    """
+
+    def confirm(op_id: str) -> dict[str, Any] | None:
+        status = seen.get(op_id)
+        if status is None:
+            ledger = getattr(runner, "ledger", None)
+            record = ledger.get(op_id) if ledger is not None else None
+            if record is not None and record.state in ("applied", "confirmed"):
+                status = (record.result or {}).get("status_code")
+        return None if status is None else {"acknowledged": "2xx", "status_code": status}
+
+    return confirm
 
 
 class NotifyActivities:
@@ -134,6 +151,7 @@ class NotifyActivities:
                 skipped_reason="no incident channel webhook configured",
             )
         url = self.url
+        seen: dict[str, int] = {}  # op id -> the 2xx this attempt's POST got
 
         def apply(op_id: str) -> dict[str, Any]:
             # A Slack-style webhook's path is its secret: only the host is ever named.
@@ -145,6 +163,7 @@ class NotifyActivities:
                     headers={"Idempotency-Key": op_id},
                 )
                 response.raise_for_status()
+            seen[op_id] = response.status_code
             return {"status_code": response.status_code}
 
         outcome = run_effect(
@@ -154,7 +173,7 @@ class NotifyActivities:
             target="webhook/incident-channel",
             intent={"title": input.title, "facts": [f.model_dump() for f in input.facts]},
             apply=apply,
-            confirm=_acknowledged,
+            confirm=acknowledgement(self.runner, seen),
         )
         status = outcome.result.get("status_code")
         return NotifyResult(

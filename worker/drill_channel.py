@@ -54,6 +54,10 @@ def notification_of(body: Any) -> Notification:
 class IncidentChannel:
     def __init__(self) -> None:
         self.received: list[Notification] = []
+        # The Idempotency-Key of every POST, repeats included: fleetmend posts a message
+        # again when a worker died before it saw the 2xx; `received` keeps it once, as a
+        # receiver that dedupes on the key shows it.
+        self.receipts: list[str] = []
         # A Slack-style webhook's URL is its credential: the drill's carries one too, so a
         # drill shows that no log, report or status query leaks it.
         self.secret = secrets.token_urlsafe(12)
@@ -70,7 +74,10 @@ class IncidentChannel:
                 body = await request.json()
             except ValueError:
                 return JSONResponse({"error": "the body is not JSON"}, status_code=400)
-            self.received.append(notification_of(body))
+            key = request.headers.get("idempotency-key", "")
+            if not key or key not in self.receipts:
+                self.received.append(notification_of(body))
+            self.receipts.append(key)
             return JSONResponse({"ok": True})
 
         return Starlette(routes=[Route(PATH + "/{secret}", post, methods=["POST"])])

@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.effects import EffectRunner
+from activities.effects import EffectResult, EffectRunner, OperationSpec
 from activities.notify import Fact, NotifyActivities, NotifyInput, lead_time_facts
 
 
 class Channel:
-    """An in-process incident channel: records what was posted, answers `status`."""
+    """An in-process incident channel: records what was posted, answers `status`, or
+    `statuses` in turn (the last one from then on)."""
 
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
+    def __init__(self, status: int = 200, *, statuses: list[int] | None = None) -> None:
+        self.statuses = statuses or [status]
         self.posts: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.posts.append(request)
-        return httpx.Response(self.status, text="ok")
+        status = self.statuses[min(len(self.posts), len(self.statuses)) - 1]
+        return httpx.Response(status, text="ok")
 
     def client(self) -> httpx.Client:
         return httpx.Client(transport=httpx.MockTransport(self))
@@ -109,3 +113,95 @@ def test_without_a_configured_channel_the_message_is_returned_not_posted(
     assert not result.delivered and result.skipped_reason
     assert "• lost: 1" in result.body["text"]
     assert runner.ledger.get("i/notify/none") is None
+
+
+def test_a_post_the_channel_refused_is_posted_again_by_the_retry_and_delivered(
+    runner: EffectRunner,
+) -> None:
+    channel = Channel(statuses=[503, 200])
+    acts = NotifyActivities(channel.client(), "https://hooks.example/x", runner)
+    op = NotifyInput(op_id="i/notify/outage", incident_id="i", title="t")
+    with pytest.raises(ApplicationError):
+        ActivityEnvironment().run(acts.notify_incident_channel, op)
+
+    retried = ActivityEnvironment().run(acts.notify_incident_channel, op)
+
+    # The retry has no 2xx to show for the first post: it must not call it delivered.
+    assert (retried.delivered, retried.status_code, retried.applied_now) == (True, 200, True)
+    assert [p.headers["Idempotency-Key"] for p in channel.posts] == [op.op_id] * 2
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and record.state == "confirmed"
+
+
+class WorkerDied(BaseException):
+    """The process ended (SIGKILL) after the POST went out, before the ledger recorded it."""
+
+
+class DiesAfterPosting:
+    def __init__(self, runner: EffectRunner) -> None:
+        self.ledger = runner.ledger
+        self._runner = runner
+
+    def run(
+        self,
+        spec: OperationSpec,
+        apply: Callable[[str], Mapping[str, Any] | None],
+        confirm: Callable[[str], Mapping[str, Any] | None] | None = None,
+    ) -> EffectResult:
+        def apply_then_die(op_id: str) -> Mapping[str, Any] | None:
+            apply(op_id)
+            raise WorkerDied
+
+        return self._runner.run(spec, apply_then_die, confirm)
+
+
+def test_a_retry_after_the_worker_died_mid_post_posts_again_under_the_same_key(
+    runner: EffectRunner,
+) -> None:
+    channel = Channel()
+    op = NotifyInput(op_id="i/notify/severity", incident_id="i", title="t")
+    url = "https://hooks.example/x"
+    with pytest.raises(WorkerDied):
+        ActivityEnvironment().run(
+            NotifyActivities(
+                channel.client(), url, DiesAfterPosting(runner)
+            ).notify_incident_channel,
+            op,
+        )
+
+    retried = ActivityEnvironment().run(
+        NotifyActivities(channel.client(), url, runner).notify_incident_channel, op
+    )
+
+    # At least once, never lost: a receiver that dedupes on the key shows it once.
+    assert retried.delivered and retried.applied_now
+    assert [p.headers["Idempotency-Key"] for p in channel.posts] == [op.op_id] * 2
+    assert len({p.content for p in channel.posts}) == 1
+
+
+def test_a_retry_after_the_2xx_was_recorded_confirms_it_without_posting_again(
+    runner: EffectRunner,
+) -> None:
+    channel = Channel()
+    op = NotifyInput(op_id="i/notify/recorded", incident_id="i", title="t")
+    # The dead attempt got its 2xx and the ledger recorded it applied; confirm never ran.
+    spec = OperationSpec(
+        op_id=op.op_id,
+        incident_id="i",
+        kind="notify",
+        target="webhook/incident-channel",
+        intent={"title": "t", "facts": []},
+    )
+    runner.ledger.run_once(spec, lambda _: {"status_code": 200})
+
+    retried = ActivityEnvironment().run(
+        NotifyActivities(
+            channel.client(), "https://hooks.example/x", runner
+        ).notify_incident_channel,
+        op,
+    )
+
+    assert channel.posts == []
+    assert (retried.delivered, retried.status_code, retried.applied_now) == (True, 200, False)
+    record = runner.ledger.get(op.op_id)
+    assert record is not None and record.state == "confirmed"

@@ -34,3 +34,15 @@ async def test_a_posted_notification_keeps_its_title_text_and_numeric_facts() ->
 def test_a_body_that_is_not_an_object_is_kept_as_text() -> None:
     assert notification_of(["x"]).text == "['x']"
     assert notification_of({"text": "t", "fleetmend": "odd"}).facts == []
+
+
+async def test_a_repeat_under_the_same_idempotency_key_is_counted_but_kept_once() -> None:
+    channel = IncidentChannel()
+    body = message_body(NotifyInput(op_id="i/notify/severity", incident_id="i", title="t"))
+    transport = httpx.ASGITransport(app=channel.app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://channel") as http:
+        for key in ("i/notify/severity", "i/notify/severity", "i/notify/other"):
+            response = await http.post(channel.path, json=body, headers={"Idempotency-Key": key})
+            assert response.status_code == 200
+    assert channel.receipts == ["i/notify/severity", "i/notify/severity", "i/notify/other"]
+    assert len(channel.received) == 2

@@ -21,6 +21,14 @@ pending on the server: the watcher kills when its hung read reaches fleetsim. Th
 worker replays the workflow task the dead one held, after that task's timeout, and runs
 the local activity again.
 
+A read another step also makes (`find_warm_workload`'s pod, `verify_capacity`'s
+Deployment, the pool's pod list of `estimate_lead_time`, `find_replacements` and
+`diagnose_pending`) is caught by its `gate` (`tests/faults/gated_reads.py`): each such
+read is held until the watcher has read the pending activities, and the worker is killed
+only if the planned activity is running its first attempt. `notify_incident_channel` is
+caught by its `post`: the drill's channel holds that message's first POST
+(`tests/faults/held_channel.py`) and the worker is killed while it waits.
+
 After the run, `activity_runs` holds each activity's attempt from the workflow's
 history (the ActivityTaskStarted event records the attempt that ran to the end), and
 `local_runs` each local activity's completion time from its marker.
@@ -42,7 +50,9 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 
 from activities.k8s import build_api_client
 from bench.history_phases import local_activity_row
-from fleetsim.kube.chaos import ApiFault, Window
+from fleetsim.kube.chaos import ApiFault, RequestInfo, Window
+from tests.faults.gated_reads import GatedReads, Reads
+from tests.faults.held_channel import HeldChannel, PostMode
 from worker import stack_faults
 from worker.drill import Drill, DrillResult
 from workflows.types import QUERY_STATUS, IncidentStatus
@@ -55,6 +65,19 @@ class ReadFault:
     activity: str  # the activity type to kill the worker in, the first time it runs
     # For an activity too quick to catch between polls: hang its first read in this window.
     hang: ApiFault | None = None
+    # For a quick read another step also makes: hold each such read until the watcher saw
+    # whether this activity is the one running.
+    gate: Reads | None = None
+    # For notify_incident_channel: how the channel holds the next new message's POST.
+    post: PostMode | None = None
+    label: str = ""  # tells two faults on one activity type apart
+
+    @property
+    def key(self) -> str:
+        return self.label or self.activity
+
+
+Caught = list[tuple[ReadFault, PendingActivityInfo | None]]
 
 
 @dataclass
@@ -94,11 +117,19 @@ class ReadChaosDrill(Drill):
         self.probe: tuple[int, str] | None = None  # the refused request's status and message
         self._watcher: asyncio.Task[None] | None = None
         self._windows: dict[str, Window] = {}
+        self._waiting = {f.key: f for f in plan}
+        self._killing = asyncio.Lock()
+        self._posts = [f for f in plan if f.post is not None]
+        self.gated: GatedReads | None = None
+        self.held_channel = HeldChannel([f.post for f in self._posts if f.post is not None])
+        self.channel = self.held_channel
 
     async def start(self) -> None:
         await super().start()
         chaos = self.fleet.kube_server.chaos
-        self._windows = {f.activity: chaos.open(f.hang) for f in self.plan if f.hang is not None}
+        self._windows = {f.key: chaos.open(f.hang) for f in self.plan if f.hang is not None}
+        self.gated = GatedReads(chaos, self._inspect_read)
+        self.gated.gates = [f.gate for f in self.plan if f.gate is not None]
         self._watcher = asyncio.create_task(self._watch())
 
     async def close(self) -> None:
@@ -111,6 +142,9 @@ class ReadChaosDrill(Drill):
         now = time.monotonic()
         for window in self._windows.values():
             window.closes_at = min(window.closes_at, now)
+        if self.gated is not None:
+            self.gated.gates = []
+        self.held_channel.release()
 
     async def _finish(self) -> DrillResult:
         assert self.client is not None
@@ -174,27 +208,63 @@ class ReadChaosDrill(Drill):
             self._close_windows()
 
     async def _kill_in_each(self) -> None:
-        waiting = {f.activity: f for f in self.plan}
+        waiting = self._waiting
         while waiting:
             if self.incidents and self._all_closed():
                 self.missed = list(waiting.values())
                 return
             for workflow_id in list(self.incidents):
-                caught: list[tuple[ReadFault, PendingActivityInfo | None]] = [
-                    (waiting.pop(p.activity_type.name), p)
-                    for p in await self._running_first_attempts(workflow_id)
-                    if p.activity_type.name in waiting
-                ]
-                # A local activity is never pending: its hung read is the sign it runs.
-                caught += [
-                    (waiting.pop(name), None)
-                    for name, window in list(self._windows.items())
-                    if name in waiting and sum(window.hits.values()) > 0
+                async with self._killing:
+                    caught = await self._caught(workflow_id)
+                    if caught:
+                        # One kill strikes every planned read running on that worker.
+                        self.killed += await self._kill(caught)
+            await asyncio.sleep(POLL_S)
+
+    async def _caught(self, workflow_id: str) -> Caught:
+        waiting = self._waiting
+        pending = {p.activity_type.name: p for p in await self._running_first_attempts(workflow_id)}
+        # A gated read is caught by its gate, a held post by its arrival; the rest running.
+        caught: Caught = [
+            (waiting.pop(f.key), pending[f.activity])
+            for f in list(waiting.values())
+            if f.activity in pending and f.gate is None and f.post is None
+        ]
+        caught += [
+            (waiting.pop(f.key), pending.get(f.activity))
+            for i, f in enumerate(self._posts)
+            if f.key in waiting and self.held_channel.arrived(i) is not None
+        ]
+        # A local activity is never pending: its hung read is the sign it runs.
+        caught += [
+            (waiting.pop(key), None)
+            for key, window in list(self._windows.items())
+            if key in waiting and sum(window.hits.values()) > 0
+        ]
+        return caught
+
+    async def _inspect_read(self, req: RequestInfo) -> None:
+        """A gated read is held: kill the worker if it is a planned activity's first run."""
+        async with self._killing:
+            gated = [f for f in self._waiting.values() if f.gate is not None and f.gate.match(req)]
+            for workflow_id in list(self.incidents) if gated else []:
+                running = {
+                    p.activity_type.name: p for p in await self._running_first_attempts(workflow_id)
+                }
+                caught: Caught = [
+                    (self._waiting.pop(f.key), running[f.activity])
+                    for f in gated
+                    if f.activity in running
                 ]
                 if caught:
-                    # One kill strikes every planned read running on that worker.
-                    self.killed += await self._kill(caught)
-            await asyncio.sleep(POLL_S)
+                    killed = await self._kill(caught)
+                    for k in killed:
+                        k.detail["held_read"] = req.object_ref
+                    self.killed += killed
+                    break
+            if self.gated is not None:
+                # Once every gated activity was killed, reads pass without a look.
+                self.gated.gates = [f.gate for f in self._waiting.values() if f.gate is not None]
 
     async def _running_first_attempts(self, workflow_id: str) -> list[PendingActivityInfo]:
         assert self.client is not None
@@ -207,16 +277,16 @@ class ReadChaosDrill(Drill):
             ]
         return []
 
-    async def _kill(
-        self, caught: list[tuple[ReadFault, PendingActivityInfo | None]]
-    ) -> list[Killed]:
+    async def _kill(self, caught: Caught) -> list[Killed]:
         assert self.stack is not None
         pid = stack_faults.kill(self.stack, "worker")
         killed_at = time.time()
         for fault, _ in caught:
-            window = self._windows.pop(fault.activity, None)
+            window = self._windows.pop(fault.key, None)
             if window is not None:
                 window.closes_at = min(window.closes_at, time.monotonic())
+            if fault in self._posts:
+                self.held_channel.release(self._posts.index(fault))
         new_pid = await asyncio.to_thread(stack_faults.respawn, self.stack, "worker")
         return [
             Killed(
