@@ -270,7 +270,10 @@ class Drill:
                         return
                 dead = self.stack.dead_children()
                 if dead:
-                    raise DrillError(f"{dead[0].name} exited; see {dead[0].log_path}")
+                    raise DrillError(
+                        f"{dead[0].name} exited while starting; see {dead[0].log_path}, "
+                        f"which ends:\n{log_tail(dead[0].log_path)}"
+                    )
                 await asyncio.sleep(0.2)
         raise DrillError(f"the intake did not become ready within {timeout_s:.0f}s")
 
@@ -485,3 +488,13 @@ async def run_drill(
     drill = Drill(settings, options, on_progress=on_progress)
     result = await drill.run()
     return result, drill
+
+
+def log_tail(path: Path | str, limit: int = 2000) -> str:
+    """The end of a child's log: its last words are why it exited, and a drill's state
+    directory (logs included) may be gone by the time anyone reads the error."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    return data[-limit:].decode("utf-8", "replace")
