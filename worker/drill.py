@@ -120,7 +120,29 @@ class DrillResult(BaseModel):
     forbidden: list[str] = Field(default_factory=list)
 
 
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port() -> int:
+    """A free port below the kernel's ephemeral range.
+
+    A port from binding port 0 lies in that range, where every client connection of the
+    stack (PostgreSQL, Temporal, fleetsim's probes) takes its local port: one of them can
+    take the port before the child it was picked for binds it.
+    """
+    top = _ephemeral_start()
+    for _ in range(50):
+        port = secrets.randbelow(max(1, top - 20000)) + 20000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
