@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
 
 import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.effects import EffectResult, EffectRunner, OperationSpec
+from activities.effects import EffectRunner, OperationSpec
 from activities.notify import Fact, NotifyActivities, NotifyInput, lead_time_facts
+
+from .test_a_retry_after_a_worker_died_mid_write import DiesAfterWriting, WorkerDied
 
 
 class Channel:
@@ -133,28 +133,6 @@ def test_a_post_the_channel_refused_is_posted_again_by_the_retry_and_delivered(
     assert record is not None and record.state == "confirmed"
 
 
-class WorkerDied(BaseException):
-    """The process ended (SIGKILL) after the POST went out, before the ledger recorded it."""
-
-
-class DiesAfterPosting:
-    def __init__(self, runner: EffectRunner) -> None:
-        self.ledger = runner.ledger
-        self._runner = runner
-
-    def run(
-        self,
-        spec: OperationSpec,
-        apply: Callable[[str], Mapping[str, Any] | None],
-        confirm: Callable[[str], Mapping[str, Any] | None] | None = None,
-    ) -> EffectResult:
-        def apply_then_die(op_id: str) -> Mapping[str, Any] | None:
-            apply(op_id)
-            raise WorkerDied
-
-        return self._runner.run(spec, apply_then_die, confirm)
-
-
 def test_a_retry_after_the_worker_died_mid_post_posts_again_under_the_same_key(
     runner: EffectRunner,
 ) -> None:
@@ -164,7 +142,7 @@ def test_a_retry_after_the_worker_died_mid_post_posts_again_under_the_same_key(
     with pytest.raises(WorkerDied):
         ActivityEnvironment().run(
             NotifyActivities(
-                channel.client(), url, DiesAfterPosting(runner)
+                channel.client(), url, DiesAfterWriting(runner)
             ).notify_incident_channel,
             op,
         )
