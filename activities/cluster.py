@@ -199,24 +199,6 @@ DEROUTE_OPTIONS = activity_options(
 )
 
 
-class RestoreRoutingInput(MutatingInput):
-    """Compensation of deroute_replica: put the router-only label back."""
-
-    namespace: str
-    pods: list[str]
-
-
-class RestoreRoutingResult(MutatingResult):
-    pods: list[str]
-    missing: list[str] = Field(default_factory=list)
-    applied_now: bool
-
-
-RESTORE_ROUTING_OPTIONS = activity_options(
-    start_to_close=60, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
-)
-
-
 class ForceDeleteInput(MutatingInput):
     namespace: str
     pod: str
@@ -382,22 +364,11 @@ REPLACEMENTS_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, ma
 # ---------------------------------------------------------------------------- nodes
 
 
-class CordonInput(MutatingInput):
-    node: str
-    reason: str = ""
-    mark_unqualified: bool = True
-
-
 class CordonResult(MutatingResult):
     node: str
     unschedulable: bool
     qualified_label: str | None
     applied_now: bool
-
-
-CORDON_OPTIONS = activity_options(
-    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
-)
 
 
 class UncordonInput(MutatingInput):
@@ -1437,44 +1408,6 @@ class ClusterActivities:
         )
 
     @activity.defn
-    def restore_routing_label(self, input: RestoreRoutingInput) -> RestoreRoutingResult:
-        """Compensation of deroute_replica."""
-        s = self.s
-
-        def apply(op_id: str) -> dict[str, Any]:
-            restored, missing = [], []
-            for name in input.pods:
-                current = self._try_read_pod(input.namespace, name)
-                if current is None:
-                    missing.append(name)
-                    continue
-                if _labels(current).get(s.router_label) == s.router_label_value:
-                    continue
-                body = {
-                    "metadata": {
-                        "labels": {s.router_label: s.router_label_value},
-                        "annotations": {s.op_annotation: op_id},
-                    }
-                }
-                self._patch_pod(input.namespace, name, body)
-                restored.append(name)
-            return {"restored": restored, "missing": missing}
-
-        outcome = run_effect(
-            self.runner,
-            input,
-            kind="reroute-pod",
-            target=f"{input.namespace}/pod/{input.pods[0]}",
-            intent={"add_label": s.router_label, "pods": input.pods},
-            apply=apply,
-        )
-        return RestoreRoutingResult(
-            pods=input.pods,
-            missing=list(outcome.result.get("missing", [])),
-            applied_now=outcome.applied_now,
-        )
-
-    @activity.defn
     def force_delete_pod(self, input: ForceDeleteInput) -> ForceDeleteResult:
         """Grace-period-0 delete; refuses without the approval gate's record."""
         if not (input.approved_by or "").strip():
@@ -1914,13 +1847,7 @@ class ClusterActivities:
     def _patch_node(self, name: str, body: dict[str, Any]) -> Any:
         return self._call("patch", f"node {name}", self.core.patch_node, name, body)
 
-    @activity.defn
-    def cordon_node(self, input: CordonInput) -> CordonResult:
-        """Cordon and label the node unqualified until it passes qualification."""
-        result = self._cordon(input, input.op_id, input.node, input.reason, input.mark_unqualified)
-        return result
-
-    def _cordon(
+    def cordon(
         self,
         op: MutatingInput,
         op_id: str,
@@ -1930,6 +1857,11 @@ class ClusterActivities:
         *,
         compensates: str | None = None,
     ) -> CordonResult:
+        """Cordon and label the node unqualified until it passes qualification.
+
+        Part of triage and of relocation, not an activity of its own: no step of the
+        runbook cordons a node without triaging it first.
+        """
         s = self.s
 
         def apply(applied: str) -> dict[str, Any]:
@@ -1981,7 +1913,7 @@ class ClusterActivities:
 
     @activity.defn
     def uncordon_node(self, input: UncordonInput) -> UncordonResult:
-        """Compensation of cordon_node, and the last step of relocation."""
+        """Compensation of triage's cordon, and the last step of relocation."""
         return self._uncordon(input, input.op_id, input.node, input.keep_unqualified)
 
     def _uncordon(
@@ -2038,7 +1970,7 @@ class ClusterActivities:
         state = {"wrong_node": wrong, "owner": owner, "steps": steps, "was_cordoned": was_cordoned}
 
         # Stop it landing there again BEFORE deleting, or the controller recreates it in place.
-        cordon = self._cordon(
+        cordon = self.cordon(
             input, f"{input.op_id}/cordon", wrong, f"misplaced {input.pod}", mark_unqualified=False
         )
         if "cordon" not in steps:

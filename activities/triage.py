@@ -278,7 +278,7 @@ class TriageActivities:
             ]
         faults.extend(input.reported_faults)
         verdict, per_fault = classify_node(faults)
-        cordon = self.cluster._cordon(
+        cordon = self.cluster.cordon(
             input,
             input.op_id,
             input.node,

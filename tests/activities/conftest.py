@@ -24,7 +24,8 @@ import yaml
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.common import PodRef
+from activities.cluster import ClusterActivities, CordonResult
+from activities.common import MutatingInput, PodRef
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 from activities.k8s import build_api_client
@@ -417,3 +418,10 @@ def fleet_factory() -> Iterator[Callable[..., FleetHandle]]:
         handle.close()
     missing = used - rbac_rules()
     assert not missing, f"deploy/rbac.yaml does not grant what the activities used: {missing}"
+
+
+def cordon(acts: ClusterActivities, node: str, op_id: str, reason: str = "") -> CordonResult:
+    """Cordon as triage does (it is part of `triage_node`, not an activity of its own)."""
+    return ActivityEnvironment().run(
+        acts.cordon, MutatingInput(op_id=op_id, incident_id="i"), op_id, node, reason, True
+    )

@@ -10,7 +10,6 @@ from activities.cluster import (
     ClusterActivities,
     DerouteInput,
     ForceDeleteInput,
-    RestoreRoutingInput,
     RoutingStateInput,
 )
 from activities.config import ActivitySettings
@@ -162,27 +161,6 @@ def test_losing_one_rank_deroutes_the_whole_leaderworkerset_group(
     assert "serving" not in _labels(kube, "big-0") and "serving" not in _labels(kube, "big-0-1")
     assert _labels(kube, "big-1")["serving"] == "true"
     assert _labels(kube, "big-1-1")["serving"] == "true"
-
-
-def test_restore_routing_label_is_the_compensation_of_deroute(
-    kube: Kube, runner: EffectRunner, settings: ActivitySettings
-) -> None:
-    build_pool(kube.cluster, replicas=2, warm=0, nodes_per_rack=1)
-    victim = serving_pods(kube.cluster)[0]["metadata"]["name"]
-    acts = _acts(kube, runner, settings)
-    env = ActivityEnvironment()
-    env.run(
-        acts.deroute_replica,
-        DerouteInput(op_id="i/d", incident_id="i", namespace=NS, service=POOL, pod=victim),
-    )
-
-    restored = env.run(
-        acts.restore_routing_label,
-        RestoreRoutingInput(op_id="i/d/undo", incident_id="i", namespace=NS, pods=[victim]),
-    )
-
-    assert restored.applied_now
-    assert _labels(kube, victim)["serving"] == "true"
 
 
 def test_a_dry_run_deroute_changes_nothing(

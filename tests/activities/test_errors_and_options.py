@@ -20,7 +20,7 @@ from activities import (
     TriageActivities,
     build_activities,
 )
-from activities.cluster import ClusterActivities, CordonInput
+from activities.cluster import ClusterActivities
 from activities.common import API_OUTAGE_S, UNHEARTBEATED_MAX_S, retry_budget_s
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
@@ -37,7 +37,7 @@ from activities.errors import (
 from activities.k8s import build_api_client
 from fleetsim.kube.chaos import ApiFault
 
-from .conftest import NS, Kube
+from .conftest import NS, Kube, cordon
 
 KUBERNETES_FACING = (ClusterActivities, GatewayActivities, TriageActivities)
 
@@ -113,9 +113,7 @@ def test_an_activity_on_a_missing_node_fails_permanently_and_the_ledger_records_
 ) -> None:
     acts = ClusterActivities(kube.api, runner, ActivitySettings())
     with pytest.raises(ApplicationError) as failed:
-        ActivityEnvironment().run(
-            acts.cordon_node, CordonInput(op_id="i/cordon/ghost", incident_id="i", node="ghost")
-        )
+        cordon(acts, "ghost", "i/cordon/ghost")
     assert failed.value.non_retryable and "node ghost: 404" in str(failed.value)
     record = runner.ledger.get("i/cordon/ghost")
     assert record is not None and record.state == "failed"

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, CordonInput, RelocateInput, UncordonInput
+from activities.cluster import ClusterActivities, RelocateInput, UncordonInput
 from activities.config import ActivitySettings
 from activities.effects import STAMP_ANNOTATION, EffectRunner
 
-from .conftest import NS, POOL, Kube, add_deployment, add_nodes, serving_labels, serving_pods
+from .conftest import (
+    NS,
+    POOL,
+    Kube,
+    add_deployment,
+    add_nodes,
+    cordon,
+    serving_labels,
+    serving_pods,
+)
 
 
 def test_cordon_labels_the_node_unqualified_and_uncordon_keeps_the_label(
@@ -18,21 +27,12 @@ def test_cordon_labels_the_node_unqualified_and_uncordon_keeps_the_label(
     acts = ClusterActivities(kube.api, runner, settings)
     env = ActivityEnvironment()
 
-    cordoned = env.run(
-        acts.cordon_node,
-        CordonInput(op_id="i/cordon/n0", incident_id="i", node="n0", reason="Xid 79"),
-    )
+    cordoned = cordon(acts, "n0", "i/cordon/n0", "Xid 79")
     node = kube.store.get("nodes", "n0")
     assert cordoned.unschedulable and cordoned.qualified_label == "false" and cordoned.applied_now
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"][STAMP_ANNOTATION] == "i/cordon/n0"
-    assert (
-        env.run(
-            acts.cordon_node,
-            CordonInput(op_id="i/cordon/n0", incident_id="i", node="n0", reason="Xid 79"),
-        ).applied_now
-        is False
-    )
+    assert cordon(acts, "n0", "i/cordon/n0", "Xid 79").applied_now is False
 
     uncordoned = env.run(
         acts.uncordon_node, UncordonInput(op_id="i/cordon/n0/undo", incident_id="i", node="n0")

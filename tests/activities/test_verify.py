@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, CordonInput, PromoteWarmInput, VerifyCapacityInput
+from activities.cluster import ClusterActivities, PromoteWarmInput, VerifyCapacityInput
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 from activities.metrics import MetricsActivities, VerifyServingInput
 
-from .conftest import MODEL, NS, POOL, REV, FleetHandle, scenario
+from .conftest import MODEL, NS, POOL, REV, FleetHandle, cordon, scenario
 
 
 def _checks(result) -> dict:  # type: ignore[no-untyped-def]
@@ -24,9 +24,7 @@ def test_a_whole_fleet_passes_every_capacity_check_with_its_numbers(
     handle = fleet_factory(scenario(rate=2))
     acts = ClusterActivities(handle.api, runner, ActivitySettings())
     node = handle.pods(f"app={POOL},pool=serving")[0]["spec"]["nodeName"]
-    ActivityEnvironment().run(
-        acts.cordon_node, CordonInput(op_id=f"i/cordon/{node}", incident_id="i", node=node)
-    )
+    cordon(acts, node, f"i/cordon/{node}")
 
     result = ActivityEnvironment().run(
         acts.verify_capacity,

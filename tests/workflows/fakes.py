@@ -23,7 +23,6 @@ from activities.cluster import (
     AssessResult,
     CommonCause,
     CommonCauseFinding,
-    CordonResult,
     DemoteWarmInput,
     DemoteWarmResult,
     DerouteInput,
@@ -307,10 +306,6 @@ class FakeActivities:
 
         return f._effect("deroute_replica", input, apply)
 
-    @activity.defn(name="restore_routing_label")
-    async def restore_routing_label(self, input: Any) -> Any:
-        raise AssertionError("a dead endpoint is never routed back")
-
     @activity.defn(name="force_delete_pod")
     async def force_delete_pod(self, input: ForceDeleteInput) -> ForceDeleteResult:
         f = self.fleet
@@ -424,10 +419,6 @@ class FakeActivities:
                 if name not in input.known
             ]
         )
-
-    @activity.defn(name="cordon_node")
-    async def cordon_node(self, input: Any) -> CordonResult:
-        raise AssertionError("the workflow cordons through triage_node")
 
     @activity.defn(name="uncordon_node")
     async def uncordon_node(self, input: UncordonInput) -> UncordonResult:
