@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityConfig, LocalActivityConfig
 
 from activities.errors import NON_RETRYABLE_TYPES, PermanentError, TemporaryError, policy_backoff
-from ledger.errors import LedgerError, PermanentEffectError
+from ledger.errors import InvalidOperationSpec, LedgerError, PermanentEffectError
 from ledger.spec import OperationSpec
 
 # Heartbeat timeout of every activity that changes something: how long Temporal waits before
@@ -204,6 +204,10 @@ class EffectRunnerLike(Protocol):
     def run(self, spec: Any, apply: Any, confirm: Any = None) -> Any: ...
 
 
+# The state of a compensation whose operation never reached the ledger.
+NOTHING_TO_UNDO = "nothing-to-undo"
+
+
 @dataclass(frozen=True)
 class EffectOutcome:
     state: str
@@ -267,6 +271,12 @@ def run_effect(
         cause = exc.__cause__
         if isinstance(cause, ApplicationError):
             raise cause from None
+        raise PermanentError(f"{kind} {target}: {exc}") from exc
+    except InvalidOperationSpec as exc:
+        if compensates is not None and exc.field == "compensates":
+            # The ledger records an intent before its effect is applied, so an operation
+            # it never saw never ran: there is nothing to undo, and nothing is written.
+            return EffectOutcome(state=NOTHING_TO_UNDO, applied_now=False, result={})
         raise PermanentError(f"{kind} {target}: {exc}") from exc
     except LedgerError as exc:
         if exc.permanent:

@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.common import (
     MUTATING_HEARTBEAT_S,
+    NOTHING_TO_UNDO,
     EffectRunnerLike,
     MutatingInput,
     MutatingResult,
@@ -34,10 +35,9 @@ from activities.common import (
     run_effect,
 )
 from activities.config import ActivitySettings
-from activities.errors import PermanentError, RefusedError, TemporaryError, k8s_call
+from activities.errors import RefusedError, TemporaryError, k8s_call
 from activities.metrics import scrape
 from activities.redact import redact_url
-from ledger.errors import InvalidOperationSpec
 
 TIER_NONE = 0
 TIER_PARAMETER_DEGRADE = 1
@@ -645,23 +645,18 @@ class GatewayActivities:
                 return None
             return {"level": seen.level} if seen.level == input.restore_to.level else None
 
-        try:
-            outcome = run_effect(
-                self.runner,
-                input,
-                kind="restore-shed-tier",
-                target=f"{input.namespace}/service/{input.pool}",
-                intent={"restore_to": input.restore_to.level},
-                apply=apply,
-                confirm=confirm,
-                compensates=input.compensates,
-            )
-        except PermanentError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, InvalidOperationSpec) and cause.field == "compensates"):
-                raise
-            # The tier it would undo tightened nothing (the pressure did not call for it),
-            # so the ledger never saw it: there is nothing to undo, and nothing is written.
+        outcome = run_effect(
+            self.runner,
+            input,
+            kind="restore-shed-tier",
+            target=f"{input.namespace}/service/{input.pool}",
+            intent={"restore_to": input.restore_to.level},
+            apply=apply,
+            confirm=confirm,
+            compensates=input.compensates,
+        )
+        if outcome.state == NOTHING_TO_UNDO:
+            # The tier it would undo tightened nothing (the pressure did not call for it).
             return RestoreShedTierResult(previous=current, applied=current, applied_now=False)
         applied = (
             TierSpec.model_validate(outcome.result["applied"])
