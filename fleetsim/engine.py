@@ -7,6 +7,9 @@ so a test can step it on a ManualClock.
 The service model is `queueing.FifoServer` over the rate from `queueing.warm_rate_at`:
 a replacement that goes ready starts at `cold_frac` of its warm rate and climbs over
 `warmup_s`, while its prefix-cache hit rate climbs from zero to `WARM_PREFIX_HIT_RATE`.
+A request enters the model at its offered arrival when the caller stamps it (the router
+does, from the traffic generator's schedule), so the simulator's own lag between the
+two does not turn steady load into bursts.
 """
 
 from __future__ import annotations

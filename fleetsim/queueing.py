@@ -229,6 +229,7 @@ class FifoServer:
         return at
 
     def _forget_before(self, unit: float) -> None:
+        # Gaps are in order, so those with no whole unit left after `unit` are a prefix.
         keep = 0
         while keep < len(self._gaps) and self._gaps[keep][1] - max(self._gaps[keep][0], unit) < 1:
             keep += 1

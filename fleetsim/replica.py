@@ -9,7 +9,9 @@ GPU-hung one answers `/health` and never finishes inference; a broken group answ
 `/health` and fails inference.
 
 Headers are held back until the first token exists, so a request that fails while still
-queued gets a status code (retryable by the router) rather than a broken stream.
+queued gets a status code (retryable by the router) rather than a broken stream. The
+router's `x-fleetsim-arrived-at` header, when present, is the arrival the engine queues
+the request from.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ class Replica:
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             return _error(400, "max_tokens must be a positive integer", "BadRequestError")
         stamp = request.headers.get(HEADER_ARRIVED_AT)
-        arrived_at = _fleet_seconds(stamp)
+        arrived_at = None if stamp is None else _fleet_seconds(stamp)
         if stamp is not None and arrived_at is None:
             return _error(
                 400,
@@ -214,9 +216,10 @@ class Replica:
         yield b"data: [DONE]\n\n"
 
 
-def _fleet_seconds(value: str | None) -> float | None:
+def _fleet_seconds(value: str) -> float | None:
+    """`value` as seconds on the fleet clock; None unless it is a finite number."""
     try:
-        seconds = float(value) if value is not None else math.nan
+        seconds = float(value)
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) else None
