@@ -7,6 +7,9 @@ so a test can step it on a ManualClock.
 The service model is `queueing.FifoServer` over the rate from `queueing.warm_rate_at`:
 a replacement that goes ready starts at `cold_frac` of its warm rate and climbs over
 `warmup_s`, while its prefix-cache hit rate climbs from zero to `WARM_PREFIX_HIT_RATE`.
+A request enters the model at its offered arrival when the caller stamps it (the router
+does, from the traffic generator's schedule), so the simulator's own lag between the
+two does not turn steady load into bursts.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ TTFT_BUCKETS = (
 )  # fmt: skip
 # KV pressure at which the scheduler starts preempting running sequences.
 PREEMPT_AT_KV_USAGE = 0.95
+# Fleet seconds a stamped arrival may lie in the past. Stamps trail the clock by the
+# simulator's own lag (a stall of the event loop, at most `traffic._MAX_CATCH_UP_S` plus
+# the HTTP hop); an older one is admitted as this old, which bounds how far back the
+# queue keeps idle capacity to backfill.
+MAX_ARRIVAL_AGE_S = 10.0
 
 
 class Health(Enum):
@@ -98,12 +106,27 @@ class Token:
     queue_wait_s: float
 
 
+def admission_time(arrived_at: float | None, *, now: float, started_at: float) -> float:
+    """When the queue model admits a request stamped `arrived_at` that reaches it at `now`.
+
+    Unstamped requests (fleetmend's warm-up calls, any caller but the router) arrive now.
+    A stamp is clamped into [now - MAX_ARRIVAL_AGE_S, now], and never before the engine
+    process started: a request cannot have been queued by an engine that did not exist,
+    nor before it was sent. One clock drives the whole fleet, so a stamp from the future
+    is not skew; the traffic generator releases arrivals due within its tick early.
+    """
+    if arrived_at is None:
+        return now
+    return min(now, max(arrived_at, now - MAX_ARRIVAL_AGE_S, started_at))
+
+
 class Engine:
     """Admit, queue, serve and stream; every wait goes through the fleet's clock."""
 
     def __init__(self, config: EngineConfig, clock: Clock, *, ready_at: float, warm: bool) -> None:
         self.config = config
         self.clock = clock
+        self.started_at = ready_at
         # Warm replicas are placed far enough in the past that their warm-up is over.
         self.ready_at = ready_at - (config.warmup_s if warm else 0.0)
         self.stats = EngineStats()
@@ -158,8 +181,14 @@ class Engine:
         await self._killed.wait()
         raise EngineError("engine process exited", status=502)
 
-    async def generate(self, max_tokens: int | None = None) -> AsyncIterator[Token]:
-        """Queue, then stream tokens. Raises EngineError if the engine dies or fails."""
+    async def generate(
+        self, max_tokens: int | None = None, *, arrived_at: float | None = None
+    ) -> AsyncIterator[Token]:
+        """Queue, then stream tokens. Raises EngineError if the engine dies or fails.
+
+        `arrived_at` is the request's arrival on the fleet clock, when the caller knows
+        it better than the engine does (see `admission_time`).
+        """
         if self.health is Health.GPU_HUNG:
             await self.hang()
         if self.health is Health.GPU_ERROR:
@@ -170,11 +199,16 @@ class Engine:
             await self._sleep_or_die(min(30.0, self.config.token_interval_s * 20 + 1.0))
             self.stats.failed += 1
             raise EngineError("NCCL error: remote rank unreachable (watchdog timeout)")
-        arrived = self.clock.now()
-        start = self._server.admit(arrived, self.curve())
+        now = self.clock.now()
+        # Requests held up together by a stall of the simulator's loop reach the engine
+        # together; admitted at their offered arrivals they queue as they were offered,
+        # not as a burst that never happened. Only the model's clock moves back: the
+        # request still waits from now until its modelled start, if that is still ahead.
+        arrived = admission_time(arrived_at, now=now, started_at=self.started_at)
+        start = self._server.admit(arrived, self.curve(), horizon=now - MAX_ARRIVAL_AGE_S)
         self.stats.waiting += 1
         try:
-            await self._sleep_or_die(start - arrived)
+            await self._sleep_or_die(start - now)
         finally:
             self.stats.waiting -= 1
         # The engine's own figures (queue wait, TTFT) are the model's, not the time the

@@ -20,6 +20,7 @@ final backlog equals arrivals. Peak waits and late counts are the same either wa
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -180,24 +181,65 @@ class ServiceCurve:
 class FifoServer:
     """One replica's engine queue: FIFO, draining at the current (warming) rate.
 
-    `admit` returns when a request arriving at `now` starts service; the gap is its
+    `admit` returns when a request arriving at `arrived` starts service; the gap is its
     queue wait. Event-driven (no tick loop), so hundreds of idle replicas cost nothing
     and a ManualClock steps them exactly. Positions are kept in units of the service
     curve, so a backlog built while cold drains faster as the replica warms: the
     continuous-time form of `FluidQueue`'s drain rule.
+
+    Each request takes one unit of the curve at or after its arrival. Arrivals usually
+    come in order and then this is plain FIFO. One that comes after a later arrival (the
+    simulator delivered a burst out of order) takes the first whole unit the server left
+    idle after its own arrival, if there is one: the place it would have had, had it come
+    on time, without moving a request already placed. Otherwise it queues at the tail.
     """
 
     def __init__(self) -> None:
         self._next_unit = -math.inf
+        # Idle stretches [start, end) of at least one unit below `_next_unit`, in order.
+        self._gaps: list[tuple[float, float]] = []
 
-    def admit(self, now: float, curve: ServiceCurve) -> float:
-        unit = max(curve.capacity(now), self._next_unit)
-        self._next_unit = unit + 1.0
-        return max(now, curve.time_at(unit))
+    def admit(self, arrived: float, curve: ServiceCurve, *, horizon: float = -math.inf) -> float:
+        """Place a request that arrived at `arrived`; returns when it starts service.
+
+        `horizon`: no later call admits an arrival before it, so idle capacity before
+        it is forgotten (keeps the server small when arrivals may come out of order).
+        """
+        self._forget_before(curve.capacity(horizon))
+        unit = curve.capacity(arrived)
+        if unit >= self._next_unit:
+            if unit - self._next_unit >= 1.0:
+                self._gaps.append((self._next_unit, unit))
+            self._next_unit = unit + 1.0
+        else:
+            unit = self._backfill(unit)
+        return max(arrived, curve.time_at(unit))
+
+    def _backfill(self, unit: float) -> float:
+        first = bisect.bisect_right(self._gaps, unit, key=lambda gap: gap[1])
+        for i in range(first, len(self._gaps)):
+            start, end = self._gaps[i]
+            at = max(start, unit)
+            if end - at >= 1.0:
+                rest = [(a, b) for a, b in ((start, at), (at + 1.0, end)) if b - a >= 1.0]
+                self._gaps[i : i + 1] = rest
+                return at
+        at = self._next_unit
+        self._next_unit += 1.0
+        return at
+
+    def _forget_before(self, unit: float) -> None:
+        # Gaps are in order, so those with no whole unit left after `unit` are a prefix.
+        keep = 0
+        while keep < len(self._gaps) and self._gaps[keep][1] - max(self._gaps[keep][0], unit) < 1:
+            keep += 1
+        del self._gaps[:keep]
 
     def backlog(self, now: float, curve: ServiceCurve) -> float:
-        """Requests queued ahead of one arriving now."""
-        return max(0.0, self._next_unit - curve.capacity(now))
+        """Requests placed to be served after `now`: the work queued ahead of `now`."""
+        c = curve.capacity(now)
+        idle = sum(max(0.0, end - max(start, c)) for start, end in self._gaps)
+        return max(0.0, self._next_unit - c - idle)
 
 
 def simulate_ramp_requests(
@@ -235,7 +277,7 @@ def simulate_ramp_requests(
             credit[i] += shares[i]
         i = max(range(n), key=credit.__getitem__)
         credit[i] -= 1.0
-        wait = servers[i].admit(t, curves[i]) - t
+        wait = servers[i].admit(t, curves[i], horizon=t) - t
         served += 1
         if i == warm_replicas:
             peak_wait_new = max(peak_wait_new, wait)

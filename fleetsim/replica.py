@@ -9,13 +9,16 @@ GPU-hung one answers `/health` and never finishes inference; a broken group answ
 `/health` and fails inference.
 
 Headers are held back until the first token exists, so a request that fails while still
-queued gets a status code (retryable by the router) rather than a broken stream.
+queued gets a status code (retryable by the router) rather than a broken stream. The
+router's `x-fleetsim-arrived-at` header, when present, is the arrival the engine queues
+the request from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -32,6 +35,9 @@ from fleetsim.vllm_metrics import VllmCollector, exposition
 
 HEADER_QUEUE_WAIT = "x-fleetsim-queue-wait"
 HEADER_POD = "x-fleetsim-pod"
+# The request's arrival on the fleet clock, set by the router (fleetsim only: a real
+# vLLM stamps arrival itself, and no simulator lag lies between caller and engine).
+HEADER_ARRIVED_AT = "x-fleetsim-arrived-at"
 
 
 @dataclass(frozen=True)
@@ -117,9 +123,18 @@ class Replica:
         max_tokens = body.get("max_tokens")
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             return _error(400, "max_tokens must be a positive integer", "BadRequestError")
+        stamp = request.headers.get(HEADER_ARRIVED_AT)
+        arrived_at = None if stamp is None else _fleet_seconds(stamp)
+        if stamp is not None and arrived_at is None:
+            return _error(
+                400,
+                f"{HEADER_ARRIVED_AT} must be a finite number of fleet seconds, got {stamp!r}",
+                "BadRequestError",
+            )
         action = body.get("action") if isinstance(body.get("action"), dict) else None
         request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
-        tokens = self._with_action(self.engine.generate(max_tokens), action, max_tokens)
+        generation = self.engine.generate(max_tokens, arrived_at=arrived_at)
+        tokens = self._with_action(generation, action, max_tokens)
         try:
             first = await anext(tokens)
         except EngineError as err:
@@ -199,6 +214,15 @@ class Replica:
             final["tool_calls"] = [_tool_call(action)]
         yield chunk(final, "length")
         yield b"data: [DONE]\n\n"
+
+
+def _fleet_seconds(value: str) -> float | None:
+    """`value` as seconds on the fleet clock; None unless it is a finite number."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _tool_call(action: dict[str, Any]) -> dict[str, Any]:

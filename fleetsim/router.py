@@ -37,7 +37,7 @@ from fleetsim.contract import (
     ShedTier,
 )
 from fleetsim.kube.store import Event, Store
-from fleetsim.replica import HEADER_QUEUE_WAIT
+from fleetsim.replica import HEADER_ARRIVED_AT, HEADER_QUEUE_WAIT
 
 RETRY_AFTER_S = 5
 
@@ -68,6 +68,9 @@ class TrafficRequest:
     action_id: str | None = None
     deadline_s: float = 30.0
     timeout_s: float = 120.0
+    # When the request was offered, on the fleet clock (the traffic generator's
+    # schedule); None: when the router got it.
+    arrived_at: float | None = None
 
 
 @dataclass
@@ -311,7 +314,9 @@ class Router:
             attempt_start = self.clock.now()
             remaining = req.timeout_s - (attempt_start - started)
             try:
-                queue_wait = await self._attempt(endpoint, req, remaining)
+                queue_wait = await self._attempt(
+                    endpoint, req, remaining, _sent_at(req, started, attempt_start)
+                )
             except _AttemptFailed as err:
                 last_error = err.reason
                 if attempt >= self.max_attempts or self.clock.now() - started >= req.timeout_s:
@@ -343,7 +348,9 @@ class Router:
                 return "late"
             return "served"
 
-    async def _attempt(self, endpoint: Endpoint, req: TrafficRequest, remaining_s: float) -> float:
+    async def _attempt(
+        self, endpoint: Endpoint, req: TrafficRequest, remaining_s: float, sent_at: float | None
+    ) -> float:
         """One try against one replica. Returns the replica's reported queue wait."""
         body: dict[str, Any] = {
             "messages": [{"role": "user", "content": "hello"}],
@@ -354,8 +361,11 @@ class Router:
         if req.action_id is not None:
             body["action"] = {"operation_id": req.action_id, "kind": "tool"}
         url = f"http://{endpoint.ip}:{endpoint.port}/v1/chat/completions"
+        headers = {"x-request-id": req.id}
+        if sent_at is not None:
+            headers[HEADER_ARRIVED_AT] = repr(sent_at)
         state: dict[str, float] = {}
-        work = asyncio.ensure_future(self._exchange(url, body, req.id, state))
+        work = asyncio.ensure_future(self._exchange(url, body, headers, state))
         work.add_done_callback(_consume)
         timer = asyncio.ensure_future(self.clock.sleep(max(0.0, remaining_s)))
         try:
@@ -373,12 +383,10 @@ class Router:
         return state["queue_wait"]
 
     async def _exchange(
-        self, url: str, body: dict[str, Any], request_id: str, state: dict[str, float]
+        self, url: str, body: dict[str, Any], headers: dict[str, str], state: dict[str, float]
     ) -> None:
         try:
-            async with self.client.stream(
-                "POST", url, json=body, headers={"x-request-id": request_id}
-            ) as resp:
+            async with self.client.stream("POST", url, json=body, headers=headers) as resp:
                 if resp.status_code != 200:
                     await resp.aread()
                     raise _AttemptFailed(f"HTTP {resp.status_code}")
@@ -397,6 +405,21 @@ class Router:
             if "first_byte" in state:
                 raise _StreamBroken() from err
             raise _AttemptFailed(type(err).__name__) from err
+
+
+def _sent_at(req: TrafficRequest, started: float, attempt_start: float) -> float | None:
+    """The attempt's arrival at its replica on the offered schedule: the request's own
+    arrival, plus the time its earlier attempts took.
+
+    A re-send does not count from the original arrival: the replica it goes to did not
+    have it then (placing it there would hand it idle capacity it never saw), vLLM's TTFT
+    counts from the engine's own arrival, and the router already adds the failed
+    attempts' time to the wait it judges against the deadline. What is left out is only
+    the lag between the schedule and the router picking the request up: the simulator's.
+    """
+    if req.arrived_at is None:
+        return None
+    return req.arrived_at + (attempt_start - started)
 
 
 def _consume(task: asyncio.Future[None]) -> None:

@@ -93,9 +93,9 @@ class TrafficGenerator:
                 continue
             else:
                 self.max_lag_s = max(self.max_lag_s, -delay)
-            self._fire()
+            self._fire(next_at)
 
-    def _fire(self) -> None:
+    def _fire(self, arrived_at: float) -> None:
         self._seq += 1
         spec = self.spec
         rnd = self._random
@@ -110,6 +110,9 @@ class TrafficGenerator:
             else None,
             deadline_s=spec.deadline_s,
             timeout_s=spec.request_timeout_s,
+            # The schedule, not the release: arrivals released together after a stall
+            # were offered apart, and the engines queue them as offered.
+            arrived_at=arrived_at,
         )
         task = asyncio.create_task(self.router.handle(req))
         self._tasks.add(task)

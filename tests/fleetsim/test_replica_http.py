@@ -13,16 +13,19 @@ from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.dcgm import NodeGpus, dcgm_app
 from fleetsim.engine import Engine, EngineConfig, Health
 from fleetsim.netserve import AddressHost
-from fleetsim.replica import HEADER_QUEUE_WAIT, Replica, ReplicaIdentity
+from fleetsim.replica import HEADER_ARRIVED_AT, HEADER_QUEUE_WAIT, Replica, ReplicaIdentity
 from fleetsim.vllm_metrics import metric_names
 
 
-def make_replica(clock, *, version="0.10.1", core="V1", warm=True, rate=50.0) -> Replica:
+def make_replica(
+    clock, *, version="0.10.1", core="V1", warm=True, rate=50.0, ready_at=None
+) -> Replica:
     cfg = EngineConfig(
         model="llama-3-70b", warm_rate=rate, cold_frac=0.25, warmup_s=120, tokens=4,
         token_interval_s=0.01,
     )  # fmt: skip
-    engine = Engine(cfg, clock, ready_at=clock.now(), warm=warm)
+    ready_at = clock.now() if ready_at is None else ready_at
+    engine = Engine(cfg, clock, ready_at=ready_at, warm=warm)
     ident = ReplicaIdentity("serving", "llm-0", "llm", "llama-3-70b", "r1", version, core, "gpu-0")
     return Replica(ident, engine)
 
@@ -231,3 +234,51 @@ async def test_dcgm_app_serves_the_exposition() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
         text = (await client.get("/metrics")).text
     assert 'DCGM_FI_DEV_XID_ERRORS{gpu="0"' in text and text.rstrip().endswith("41.0")
+
+
+async def queue_waits(replica: Replica, stamps: list[str | None]) -> list[float]:
+    """Send one request per stamp, all at once, and read the queue wait each reports."""
+    transport = httpx.ASGITransport(app=replica.app)
+    body = {"messages": [{"role": "user", "content": "x"}]}
+    async with httpx.AsyncClient(transport=transport, base_url="http://replica") as client:
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    "/v1/chat/completions",
+                    json=body,
+                    headers={} if stamp is None else {HEADER_ARRIVED_AT: stamp},
+                )
+                for stamp in stamps
+            )
+        )
+    assert [r.status_code for r in responses] == [200] * len(stamps)
+    return [float(r.headers[HEADER_QUEUE_WAIT]) for r in responses]
+
+
+async def test_a_burst_stamped_at_its_offered_arrivals_does_not_queue_in_the_replica() -> None:
+    # Fast enough to keep the test short, slow enough that the oldest stamp stays well
+    # inside MAX_ARRIVAL_AGE_S on a busy machine.
+    clock = ScaledClock(5)
+    up_since = clock.now() - 60.0
+    # Offered 0.5 s apart to a 4 req/s replica, released together after a stall.
+    stamps = [repr(clock.now() - 4.0 + 0.5 * k) for k in range(8)]
+    stamped = make_replica(clock, rate=4.0, ready_at=up_since)
+    assert await queue_waits(stamped, stamps) == [0.0] * 8
+    # The same burst unstamped queues as a burst: the last waits about 7 / 4 s.
+    unstamped = make_replica(clock, rate=4.0, ready_at=up_since)
+    assert max(await queue_waits(unstamped, [None] * 8)) > 1.0
+
+
+@pytest.mark.parametrize("stamp", ["soon", "nan", "inf", ""])
+async def test_a_malformed_arrival_stamp_is_refused_naming_the_header(stamp: str) -> None:
+    replica = make_replica(ScaledClock(1))
+    transport = httpx.ASGITransport(app=replica.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://replica") as client:
+        r = await client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+            headers={HEADER_ARRIVED_AT: stamp},
+        )
+    assert r.status_code == 400
+    assert HEADER_ARRIVED_AT in r.json()["message"] and repr(stamp) in r.json()["message"]
+    assert replica.engine.stats.prompt_tokens == 0 and replica.engine.stats.waiting == 0

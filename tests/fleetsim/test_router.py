@@ -8,10 +8,11 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 
 from fleetsim.actions import ActionSink
-from fleetsim.clock import ScaledClock
+from fleetsim.clock import ManualClock, ScaledClock
 from fleetsim.contract import (
     ANNOTATION_FALLBACK_SERVICE,
     ANNOTATION_ROUTER_WEIGHT,
@@ -20,7 +21,7 @@ from fleetsim.contract import (
 from fleetsim.engine import Engine, EngineConfig
 from fleetsim.kube.store import Store
 from fleetsim.netserve import AddressHost
-from fleetsim.replica import Replica, ReplicaIdentity
+from fleetsim.replica import HEADER_ARRIVED_AT, HEADER_QUEUE_WAIT, Replica, ReplicaIdentity
 from fleetsim.router import Router, TrafficRequest
 
 NS, SVC = "serving", "llm"
@@ -235,3 +236,43 @@ async def test_requests_queued_past_the_deadline_count_late(bed: Bed) -> None:
     c = bed.router.counters
     assert outcomes.count("late") == c.late == c.late_by_pod["llm-a"] > 0
     assert c.served == 12 and c.max_wait_by_pod["llm-a"] > 0.5
+
+
+async def test_each_attempt_carries_its_offered_arrival_and_a_retry_adds_the_time_lost() -> None:
+    clock = ManualClock(start=10.0)
+    store = Store(clock=clock)
+    store.create("services", {"metadata": {"name": SVC, "namespace": NS}, "spec": {}})
+    for name, ip in (("llm-a", "10.0.0.2"), ("llm-b", "10.0.0.3")):
+        store.create("pods", pod(name, ip, 8000))
+    store.create(
+        "endpointslices",
+        endpoint_slice([("llm-a", "10.0.0.2", True), ("llm-b", "10.0.0.3", True)], 8000),
+    )
+    stamps: list[str | None] = []
+
+    async def replica(request: httpx.Request) -> httpx.Response:
+        stamps.append(request.headers.get(HEADER_ARRIVED_AT))
+        if len(stamps) == 1:
+            # The first replica takes 3 s of fleet time to fail before the first byte.
+            await clock.advance(3.0)
+            return httpx.Response(503)
+        return httpx.Response(200, headers={HEADER_QUEUE_WAIT: "0.5"}, text="{}")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(replica))
+    router = Router(store, clock, client=client)
+    try:
+        # Offered at 7.0, picked up by the router at 10.0 after a stall of the loop.
+        offered = TrafficRequest(id="r1", namespace=NS, service=SVC, stream=False, arrived_at=7.0)
+        assert await router.handle(offered) == "served"
+        assert stamps == [repr(7.0), repr(10.0)]
+        assert router.counters.max_wait_by_pod == pytest.approx(
+            {next(iter(router.counters.served_by_pod)): 3.5}
+        )
+
+        # Requests from anyone but the traffic generator carry no stamp.
+        unstamped = TrafficRequest(id="r2", namespace=NS, service=SVC, stream=False)
+        assert await router.handle(unstamped) == "served"
+        assert stamps[-1] is None
+    finally:
+        await router.aclose()
+        await client.aclose()
