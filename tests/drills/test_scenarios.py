@@ -120,8 +120,9 @@ def the_replacement_is_seen_stuck_on_its_image(
 
 
 # A TTFT p99 over the SLO is a figure of the simulated fleet, not of fleetmend: at 20x on
-# two shared cores, a stall of fleetsim's loop delivers the requests it held up to an
-# engine at once, and they queue behind each other in the model.
+# two shared cores a stalled loop slows every replica at once (engines now queue requests
+# from their offered arrival, so the stall no longer turns into a burst, but its load does
+# not go away), and fleetmend keeping its measures then is the runbook's rule.
 FLEET_FIGURES = {"ttft-p99-per-pod-under-slo"}
 
 
