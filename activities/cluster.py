@@ -2063,6 +2063,9 @@ class ClusterActivities:
             current = self._try_read_pod(input.namespace, input.pod)
             if current is None or (current.spec and current.spec.node_name != wrong):
                 return {"deleted": False, "reason": "no longer on the wrong node"}
+            if current.metadata.deletion_timestamp is not None:
+                # A dead attempt's delete: the pod is leaving, asking again writes twice.
+                return {"deleted": True, "reason": "already terminating"}
             self._patch_pod(
                 input.namespace, input.pod, {"metadata": {"annotations": {s.op_annotation: op_id}}}
             )

@@ -182,3 +182,24 @@ def test_a_force_delete_killed_after_its_delete_is_not_sent_again_by_the_retry(
     assert [m for m in kube.server.mutations.entries() if m.method == "DELETE"] == deletes
     assert kube.server.mutations.writes(op.op_id) == 1
     assert kube.store.try_get("pods", op.pod, namespace=NS) is None
+
+
+def test_a_relocation_killed_in_its_delete_write_does_not_delete_again(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    pod = misplaced_pod(kube)
+    beats = die_in_relocation(kube, runner, settings, pod, "delete")
+    deletes = [m for m in kube.server.mutations.entries() if m.method == "DELETE"]
+    assert [m.object for m in deletes] == [f"pods/{NS}/{pod}"]
+
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, heartbeat_details=[beats[0]])
+    result = retry.run(
+        ClusterActivities(kube.api, runner, settings).relocate_misplaced_pod, relocate(pod)
+    )
+
+    assert result.steps == ["cordon", "delete", "rescheduled", "uncordon"]
+    assert result.replacement_node == RIGHT
+    assert [m for m in kube.server.mutations.entries() if m.method == "DELETE"] == deletes
+    assert {k: n for k, n in writes_by_op(kube).items() if n != 1} == {}
+    assert not kube.store.get("nodes", WRONG)["spec"].get("unschedulable")
