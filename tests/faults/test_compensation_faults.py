@@ -64,11 +64,10 @@ class Run:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    # No gate is approved: an approved escalation of the shed tier is undone on abort by
-    # the restore of the first tier, and the ledger reports the escalation as drift (its
-    # own undo is never recorded; a bug in workflows/, README Process faults).
+    # Gates are approved: when pressure asks for a shed tier beyond the automatic limit,
+    # the escalation is one more measure the abort must undo (and the ledger link).
     options = DrillOptions(
-        scenario="replica-lost", speed=SPEED, free_ports=True, auto_approve=False, timeout_s=420
+        scenario="replica-lost", speed=SPEED, free_ports=True, auto_approve=True, timeout_s=420
     )
     settings = load_settings(state_dir=tmp_path_factory.mktemp("compensation-faults"))
     drill = AbortingChaosDrill(settings, options, plan=PLAN, abort_in=ABORT_IN)
