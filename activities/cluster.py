@@ -440,6 +440,8 @@ CRASH_LOOP = "CrashLoopBackOff"
 # A container waiting for one of these does not start by itself: waiting for it is futile.
 STUCK_REASONS = IMAGE_PULL_REASONS | {CRASH_LOOP}
 FILESYSTEM_WORDS = ("ephemeral-storage", "nodefs", "imagefs", "no space left")
+# Set by a cordon on the node it cordons: whether the node was unschedulable before it.
+WAS_UNSCHEDULABLE = "fleetmend.io/was-unschedulable"
 NODE_POOL_OPERATION_TAINTS = frozenset(
     {
         "ToBeDeletedByClusterAutoscaler",
@@ -1869,14 +1871,14 @@ class ClusterActivities:
             labels, notes = _labels(current), _annotations(current)
             was = bool(current.spec.unschedulable) if current.spec else False
             if notes.get(s.op_annotation) == applied and was:
-                return {"was_unschedulable": notes.get("fleetmend.io/was-unschedulable") == "true"}
+                return {"was_unschedulable": notes.get(WAS_UNSCHEDULABLE) == "true"}
             body: dict[str, Any] = {
                 "spec": {"unschedulable": True},
                 "metadata": {
                     "annotations": {
                         s.op_annotation: applied,
                         "fleetmend.io/cordon-reason": reason[:250],
-                        "fleetmend.io/was-unschedulable": "true" if was else "false",
+                        WAS_UNSCHEDULABLE: "true" if was else "false",
                     }
                 },
             }
@@ -1921,7 +1923,15 @@ class ClusterActivities:
     ) -> UncordonResult:
         s = self.s
 
+        def uncordoned_by(applied: str) -> bool:
+            # The stamp tells this operation's own write (a dead attempt's) from anyone's.
+            current = self._read_node(node)
+            schedulable = not (current.spec and current.spec.unschedulable)
+            return schedulable and _annotations(current).get(s.op_annotation) == applied
+
         def apply(applied: str) -> dict[str, Any]:
+            if uncordoned_by(applied):
+                return {"unschedulable": False}
             body: dict[str, Any] = {
                 "spec": {"unschedulable": False},
                 "metadata": {"annotations": {s.op_annotation: applied}},
@@ -1931,6 +1941,9 @@ class ClusterActivities:
             self._patch_node(node, body)
             return {"unschedulable": False}
 
+        def confirm(applied: str) -> dict[str, Any] | None:
+            return {"unschedulable": False} if uncordoned_by(applied) else None
+
         outcome = run_effect(
             self.runner,
             op,
@@ -1938,6 +1951,7 @@ class ClusterActivities:
             target=f"node/{node}",
             intent={"unschedulable": False, "keep_unqualified": keep_unqualified},
             apply=apply,
+            confirm=confirm,
             op_id=op_id,
         )
         current = self._read_node(node)
@@ -1966,7 +1980,7 @@ class ClusterActivities:
         owner = done.get("owner") or self._owner_uid(pod)
         was_cordoned = done.get("was_cordoned")
         if was_cordoned is None:
-            was_cordoned = bool(self._read_node(wrong).spec.unschedulable)
+            was_cordoned = self._cordoned_before(wrong, f"{input.op_id}/cordon")
         state = {"wrong_node": wrong, "owner": owner, "steps": steps, "was_cordoned": was_cordoned}
 
         # Stop it landing there again BEFORE deleting, or the controller recreates it in place.
@@ -1981,6 +1995,9 @@ class ClusterActivities:
             current = self._try_read_pod(input.namespace, input.pod)
             if current is None or (current.spec and current.spec.node_name != wrong):
                 return {"deleted": False, "reason": "no longer on the wrong node"}
+            if current.metadata.deletion_timestamp is not None:
+                # A dead attempt's delete: the pod is leaving, asking again writes twice.
+                return {"deleted": True, "reason": "already terminating"}
             self._patch_pod(
                 input.namespace, input.pod, {"metadata": {"annotations": {s.op_annotation: op_id}}}
             )
@@ -2034,6 +2051,19 @@ class ClusterActivities:
             steps=steps,
             applied_now=cordon.applied_now or deleted.applied_now,
         )
+
+    def _cordoned_before(self, name: str, cordon_op_id: str) -> bool:
+        """Whether the node was unschedulable before `cordon_op_id` cordoned it.
+
+        A retry whose worker died in that cordon has no heartbeat to say so: the node it
+        finds cordoned under its own stamp was cordoned by the dead attempt, which noted on
+        the node what it found.
+        """
+        node = self._read_node(name)
+        notes = _annotations(node)
+        if notes.get(self.s.op_annotation) == cordon_op_id:
+            return notes.get(WAS_UNSCHEDULABLE) == "true"
+        return bool(node.spec.unschedulable) if node.spec else False
 
     def _owner_uid(self, pod: Any) -> str | None:
         for ref in (pod.metadata.owner_references if pod is not None else None) or []:

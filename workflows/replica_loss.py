@@ -638,7 +638,31 @@ class ReplicaLossWorkflow:
             result.decision.model_dump(),
         ):
             return
-        # On a failure the restore registered above undoes both; roll-back undoes each.
+        escalation = self._op("protect", f"shed-tier/D{wanted}")
+
+        def undo_escalation(restore_to: TierSpec) -> RestoreShedTierInput:
+            return RestoreShedTierInput(
+                **self._mutating(escalation),
+                namespace=s.namespace,
+                pool=s.pool,
+                restore_to=restore_to,
+                warm_floor_ready=warm,
+                warm_floor_target=warm,
+                compensates=escalation,
+            )
+
+        escalation_undo = None
+        if workflow.patched("compensate-each-shed-tier"):
+            # Its own undo, back to the tier beneath, so an abort or a failure records what
+            # undid the escalation: the ledger reports an emergency measure without it as drift.
+            escalation_undo = saga.register(
+                s,
+                forward_op_id=escalation,
+                step="protect",
+                target=f"shed-tier/D{wanted}",
+                undo=undo_escalation(result.applied),
+            )
+        # Roll-back undoes each tier; before this patch the first tier's undo undid both.
         tighter = await self._act(
             "protect",
             f"shed-tier/D{wanted}",
@@ -653,9 +677,9 @@ class ReplicaLossWorkflow:
             ),
             SHED_TIER_OPTIONS,
         )
-        s.shed_replaced[self._op("protect", f"shed-tier/D{wanted}")] = tighter.previous.model_dump(
-            mode="json"
-        )
+        if escalation_undo is not None:
+            saga.refine(escalation_undo, undo_escalation(tighter.previous))
+        s.shed_replaced[escalation] = tighter.previous.model_dump(mode="json")
         s.shed_level = tighter.applied.level
 
     async def decide_inflight_requests(self) -> None:
@@ -1337,7 +1361,8 @@ class ReplicaLossWorkflow:
                 ),
                 RESTORE_SHED_TIER_OPTIONS,
             )
-        saga.discharge(s, self._op("protect", "shed-tier"))
+        for measure in [self._op("protect", "shed-tier"), *measures]:
+            saga.discharge(s, measure)
         s.shed_level = restore_to.level
         await self._notify(
             "recovered",

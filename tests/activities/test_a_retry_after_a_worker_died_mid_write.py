@@ -36,11 +36,15 @@ class WorkerDied(BaseException):
 
 
 class DiesAfterWriting:
-    """An EffectRunner whose worker dies once `apply` has written, before the ledger records."""
+    """An EffectRunner whose worker dies once `apply` has written, before the ledger records.
 
-    def __init__(self, runner: EffectRunner) -> None:
+    With `only`: it dies in that operation's write; the operations before it run as usual.
+    """
+
+    def __init__(self, runner: EffectRunner, only: str | None = None) -> None:
         self.ledger = runner.ledger
         self._runner = runner
+        self._only = only
 
     def run(
         self,
@@ -52,7 +56,8 @@ class DiesAfterWriting:
             apply(op_id)
             raise WorkerDied
 
-        return self._runner.run(spec, apply_then_die, confirm)
+        dies = self._only is None or spec.op_id == self._only
+        return self._runner.run(spec, apply_then_die if dies else apply, confirm)
 
 
 def claimed_by_a_dead_attempt(

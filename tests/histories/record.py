@@ -161,6 +161,16 @@ async def escalated_shed_tier_rolled_back(
     return handle
 
 
+async def escalation_compensated(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
+    # Recorded after `compensate-each-shed-tier`: a later step fails after an approved
+    # escalation, and the saga undoes the escalation and the automatic tier each.
+    def fail(name: str, request: BaseModel) -> bool:
+        return name == "promote_warm"
+
+    fleet.fail = fail
+    return await escalated_shed_tier_rolled_back(client, tq, fleet)
+
+
 async def rollout_not_churned(client: Client, tq: str, fleet: Fleet) -> WorkflowHandle[Any, Any]:
     # Recorded after `rollout-not-churned`, `rollout-not-triaged` and `rates-after-deroute`.
     fleet.common_causes = ["rollout"]
@@ -226,6 +236,7 @@ SCENARIOS: dict[str, tuple[Drive, dict[str, int]]] = {
     "escalated_shed_tier_rolled_back": (escalated_shed_tier_rolled_back, {"warm": 1}),
     # The same incident, recorded after `roll-back-tiers-newest-first`.
     "escalation_undone_newest_first": (escalated_shed_tier_rolled_back, {"warm": 1}),
+    "escalation_compensated": (escalation_compensated, {"warm": 1}),
     "rollout_not_churned": (rollout_not_churned, {"warm": 0}),
     "replacement_on_the_same_node": (replacement_on_the_same_node, {"warm": 0}),
     "deroute_first": (deroute_first, {"warm": 1}),

@@ -26,7 +26,13 @@ from tests.workflows.harness import (
     status_of,
     wait_for_gate,
 )
-from workflows.types import SIGNAL_ABORT, SIGNAL_APPROVE, AbortRequest, ApprovalInput
+from workflows.types import (
+    SIGNAL_ABORT,
+    SIGNAL_APPROVE,
+    AbortRequest,
+    ApprovalInput,
+    IncidentStatus,
+)
 
 
 def fail_at(activity: str, op_part: str | None = None) -> Any:
@@ -48,6 +54,19 @@ def as_before_except_the_dead_replica(
     if any(f"/triage/{node}" in op for op in fleet.applied):
         expected["nodes"][node].update(cordoned=True, qualified=False)
     return expected
+
+
+async def approve_then_fail(
+    env: WorkflowEnvironment, task_queue: str, fleet: Fleet, dead: str, gate: str
+) -> IncidentStatus:
+    """Report `dead` lost, approve `gate` when it opens; the incident must then fail."""
+    async with running_worker(env.client, task_queue, fleet):
+        handle = await report_loss(env.client, task_queue, fleet, loss_of(fleet, dead))
+        await wait_for_gate(handle, gate)
+        await handle.signal(SIGNAL_APPROVE, ApprovalInput(gate=gate, approver="alice"))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        return await status_of(handle)
 
 
 WARM_CASES = [
@@ -105,13 +124,7 @@ async def test_an_approved_provisioning_is_scaled_back_when_a_later_step_fails(
     fleet.kill(dead)
     before = fleet.snapshot()
     fleet.fail = fail_at(activity)
-    client = ts_env.client
-    async with running_worker(client, task_queue, fleet):
-        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, dead))
-        await wait_for_gate(handle, "provision")
-        await handle.signal(SIGNAL_APPROVE, ApprovalInput(gate="provision", approver="alice"))
-        with pytest.raises(WorkflowFailureError):
-            await handle.result()
+    await approve_then_fail(ts_env, task_queue, fleet, dead, "provision")
     assert fleet.snapshot() == as_before_except_the_dead_replica(before, fleet, dead)
     if activity == "verify_capacity":
         # The scale-up did happen, and was undone exactly once.
@@ -164,3 +177,21 @@ async def test_cancelling_the_incident_unwinds_the_saga_before_it_ends(
     assert status.outcome == "cancelled"
     assert fleet.snapshot() == as_before_except_the_dead_replica(before, fleet, dead)
     assert all(count == 1 for count in fleet.applied.values())
+
+
+async def test_an_approved_escalation_is_undone_to_the_tier_beneath_then_to_none_when_a_later_step_fails(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=1)
+    # Pressure wants D4, beyond the automatic D2; the step after it fails.
+    fleet.wanted_tier, fleet.fail = 4, fail_at("promote_warm")
+    fleet.kill(f"{fleet.pool}-4")
+    status = await approve_then_fail(ts_env, task_queue, fleet, f"{fleet.pool}-4", "shed-tier/D4")
+    # Each emergency measure has its own undo, so the ledger links each to what undid it.
+    assert fleet.shed_tier_writes == [2, 4, 2, 0]
+    undone = {c.forward_op_id.rsplit("/protect/", 1)[-1]: c.done for c in status.compensations}
+    assert {k: v for k, v in undone.items() if k.startswith("shed-tier")} == {
+        "shed-tier": True,
+        "shed-tier/D4": True,
+    }
+    assert all(count == 1 for count in fleet.applied.values()), fleet.applied
