@@ -32,6 +32,7 @@ from activities.common import (
     activity_options,
     heartbeat,
     run_effect,
+    this_attempt,
     wait,
 )
 from activities.config import ActivitySettings
@@ -181,6 +182,9 @@ class DerouteInput(MutatingInput):
     pod: str
     # Seconds to wait for the endpoint to leave the ready set before failing the attempt.
     confirm_timeout_s: float = 60.0
+    # Attempts that wait for it; the last one reports the deroute unconfirmed instead of
+    # failing, so the workflow can ask an operator for the force delete.
+    confirm_attempts: int = Field(default=2, ge=1)
 
 
 class DerouteResult(MutatingResult):
@@ -371,21 +375,10 @@ class CordonResult(MutatingResult):
     applied_now: bool
 
 
-class UncordonInput(MutatingInput):
-    node: str
-    # Leave the node labelled unqualified (it goes back to scheduling, not to serving).
-    keep_unqualified: bool = True
-
-
 class UncordonResult(MutatingResult):
     node: str
     unschedulable: bool
     applied_now: bool
-
-
-UNCORDON_OPTIONS = activity_options(
-    start_to_close=30, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10
-)
 
 
 class RelocateInput(MutatingInput):
@@ -1382,7 +1375,7 @@ class ClusterActivities:
             confirmed = False
         else:
             confirmed = outcome.confirmed or not routing.still_routable
-            if not confirmed:
+            if not confirmed and this_attempt() < input.confirm_attempts:
                 # The label is off but the router still lists it: retry the confirmation.
                 raise TemporaryError(
                     f"deroute pod {input.namespace}/{input.pod}: still in the ready set of "
@@ -1913,14 +1906,14 @@ class ClusterActivities:
             applied_now=outcome.applied_now,
         )
 
-    @activity.defn
-    def uncordon_node(self, input: UncordonInput) -> UncordonResult:
-        """Compensation of triage's cordon, and the last step of relocation."""
-        return self._uncordon(input, input.op_id, input.node, input.keep_unqualified)
-
-    def _uncordon(
-        self, op: MutatingInput, op_id: str, node: str, keep_unqualified: bool
+    def uncordon(
+        self, op: MutatingInput, op_id: str, node: str, keep_unqualified: bool = True
     ) -> UncordonResult:
+        """Make the node schedulable again; the last step of relocation, not an activity.
+
+        `keep_unqualified` leaves it labelled unqualified: back to scheduling, not to
+        serving. Triage's cordon has no undo: a faulty node stays out until qualified.
+        """
         s = self.s
 
         def uncordoned_by(applied: str) -> bool:
@@ -2040,7 +2033,7 @@ class ClusterActivities:
         if "rescheduled" not in steps:
             steps.append("rescheduled")
         if not was_cordoned:
-            self._uncordon(input, f"{input.op_id}/uncordon", wrong, keep_unqualified=True)
+            self.uncordon(input, f"{input.op_id}/uncordon", wrong, keep_unqualified=True)
             if "uncordon" not in steps:
                 steps.append("uncordon")
         return RelocateResult(

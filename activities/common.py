@@ -113,7 +113,8 @@ class MutatingInput(BaseModel):
     dry_run: bool = False
 
 
-def _this_attempt() -> int:
+def this_attempt() -> int:
+    """The Temporal attempt running now (1 outside an activity)."""
     return activity.info().attempt if activity.in_activity() else 1
 
 
@@ -127,7 +128,7 @@ class MutatingResult(BaseModel):
     """
 
     applied_now: bool
-    attempt: int = Field(default_factory=_this_attempt)
+    attempt: int = Field(default_factory=this_attempt)
 
 
 class PodRef(BaseModel):

@@ -23,10 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.cluster import (
         DEMOTE_WARM_OPTIONS,
         SCALE_OPTIONS,
-        UNCORDON_OPTIONS,
         DemoteWarmInput,
         ScaleInput,
-        UncordonInput,
     )
     from activities.gateway import (
         RESTORE_SHED_TIER_OPTIONS,
@@ -42,7 +40,6 @@ COMPENSATORS: dict[str, tuple[type[BaseModel], ActivityConfig]] = {
     "demote_warm": (DemoteWarmInput, DEMOTE_WARM_OPTIONS),
     "scale_pool": (ScaleInput, SCALE_OPTIONS),
     "set_router_weights": (RouterWeightsInput, ROUTER_WEIGHTS_OPTIONS),
-    "uncordon_node": (UncordonInput, UNCORDON_OPTIONS),
 }
 
 

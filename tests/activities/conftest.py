@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, CordonResult
+from activities.cluster import ClusterActivities, CordonResult, UncordonResult
 from activities.common import MutatingInput, PodRef
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
@@ -424,4 +424,11 @@ def cordon(acts: ClusterActivities, node: str, op_id: str, reason: str = "") -> 
     """Cordon as triage does (it is part of `triage_node`, not an activity of its own)."""
     return ActivityEnvironment().run(
         acts.cordon, MutatingInput(op_id=op_id, incident_id="i"), op_id, node, reason, True
+    )
+
+
+def uncordon(acts: ClusterActivities, node: str, op_id: str) -> UncordonResult:
+    """Uncordon as relocation's last step does, keeping the node labelled unqualified."""
+    return ActivityEnvironment().run(
+        acts.uncordon, MutatingInput(op_id=op_id, incident_id="i"), op_id, node
     )

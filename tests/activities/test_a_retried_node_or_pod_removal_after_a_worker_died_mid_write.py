@@ -1,4 +1,4 @@
-"""A retry after the worker died inside relocate_misplaced_pod, uncordon_node or
+"""A retry after the worker died inside relocate_misplaced_pod (and its uncordon) or
 force_delete_pod, the activities no drill reaches (README, Process faults).
 
 As in `test_a_retry_after_a_worker_died_mid_write.py`: the write took effect, the worker
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, ForceDeleteInput, RelocateInput, UncordonInput
+from activities.cluster import ClusterActivities, ForceDeleteInput, RelocateInput
 from activities.config import ActivitySettings
 from activities.effects import EffectRunner
 
@@ -30,6 +30,7 @@ from .conftest import (
     build_pool,
     serving_labels,
     serving_pods,
+    uncordon,
 )
 from .test_a_retry_after_a_worker_died_mid_write import DiesAfterWriting, WorkerDied
 
@@ -138,20 +139,16 @@ def test_an_uncordon_killed_after_its_write_is_confirmed_by_the_retry_without_wr
 ) -> None:
     add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
     kube.store.patch("nodes", "n0", {"spec": {"unschedulable": True}})
-    op = UncordonInput(op_id="i/triage/n0/compensate", incident_id="i", node="n0")
+    op_id = "i/relocate/n0/uncordon"
     with pytest.raises(WorkerDied):
-        ActivityEnvironment().run(
-            ClusterActivities(kube.api, DiesAfterWriting(runner), settings).uncordon_node, op
-        )
-    assert kube.server.mutations.writes(op.op_id) == 1
+        uncordon(ClusterActivities(kube.api, DiesAfterWriting(runner), settings), "n0", op_id)
+    assert kube.server.mutations.writes(op_id) == 1
 
-    retry = ActivityEnvironment().run(
-        ClusterActivities(kube.api, runner, settings).uncordon_node, op
-    )
+    retry = uncordon(ClusterActivities(kube.api, runner, settings), "n0", op_id)
 
     assert not retry.unschedulable and not retry.applied_now
-    assert kube.server.mutations.writes(op.op_id) == 1
-    assert confirmed_by_the_retry(runner, op.op_id)
+    assert kube.server.mutations.writes(op_id) == 1
+    assert confirmed_by_the_retry(runner, op_id)
 
 
 def test_a_force_delete_killed_after_its_delete_is_not_sent_again_by_the_retry(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -276,3 +278,31 @@ def test_a_deroute_whose_patch_failed_is_applied_by_its_retry_though_the_pod_is_
     assert retried.applied_now and retried.confirmed
     assert "serving" not in _labels(kube, victim)
     assert kube.server.chaos.mutations.applied_twice() == {}
+
+
+def test_the_last_confirming_attempt_reports_the_deroute_unconfirmed_for_the_force_delete_gate(
+    kube: Kube, runner: EffectRunner, settings: ActivitySettings
+) -> None:
+    add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
+    add_deployment(kube.cluster, "plain", 1, {"app": "plain", "serving": "true"}, {"app": "plain"})
+    add_service(kube.cluster, "plain", {"app": "plain"})
+    victim = kube.store.list("pods", namespace=NS)[0]["metadata"]["name"]
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+
+    result = env.run(
+        _acts(kube, runner, settings).deroute_replica,
+        DerouteInput(
+            op_id="i/deroute/plain",
+            incident_id="i",
+            namespace=NS,
+            service="plain",
+            pod=victim,
+            confirm_timeout_s=0.3,
+            confirm_attempts=2,
+        ),
+    )
+
+    assert not result.confirmed and result.label_removed == "serving"
+    assert result.routing is not None and victim in result.routing.still_routable
+    assert "serving" not in _labels(kube, victim)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, RelocateInput, UncordonInput
+from activities.cluster import ClusterActivities, RelocateInput
 from activities.config import ActivitySettings
 from activities.effects import STAMP_ANNOTATION, EffectRunner
 
@@ -17,6 +17,7 @@ from .conftest import (
     cordon,
     serving_labels,
     serving_pods,
+    uncordon,
 )
 
 
@@ -25,7 +26,6 @@ def test_cordon_labels_the_node_unqualified_and_uncordon_keeps_the_label(
 ) -> None:
     add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
     acts = ClusterActivities(kube.api, runner, settings)
-    env = ActivityEnvironment()
 
     cordoned = cordon(acts, "n0", "i/cordon/n0", "Xid 79")
     node = kube.store.get("nodes", "n0")
@@ -34,9 +34,7 @@ def test_cordon_labels_the_node_unqualified_and_uncordon_keeps_the_label(
     assert node["metadata"]["annotations"][STAMP_ANNOTATION] == "i/cordon/n0"
     assert cordon(acts, "n0", "i/cordon/n0", "Xid 79").applied_now is False
 
-    uncordoned = env.run(
-        acts.uncordon_node, UncordonInput(op_id="i/cordon/n0/undo", incident_id="i", node="n0")
-    )
+    uncordoned = uncordon(acts, "n0", "i/cordon/n0/undo")
     node = kube.store.get("nodes", "n0")
     assert not uncordoned.unschedulable and not node["spec"].get("unschedulable")
     # Schedulable again, but not back in the serving pool until qualification passes.

@@ -10,10 +10,8 @@ of `demote_warm` (the compensation of `promote_warm`, operation id
 through unrecorded and a new worker retries the undo. Effects are counted by fleetsim's
 API server, not by the ledger under test. The drill runs once for the module.
 
-The other compensation-only activities cannot be reached by a drill (README, Process
-faults): no step registers `uncordon_node` as an undo, `deroute_replica` raises rather
-than report an unconfirmed deroute so the force-delete gate never opens, and
-`verify_capacity` has no `replacement-placement` check to name a misplaced pod.
+`force_delete_pod` and `relocate_misplaced_pod` are reached by no drill (README, Process
+faults); their kills are activity-level tests.
 """
 
 from __future__ import annotations

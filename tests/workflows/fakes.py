@@ -46,8 +46,6 @@ from activities.cluster import (
     RoutingStateResult,
     ScaleInput,
     ScaleResult,
-    UncordonInput,
-    UncordonResult,
     VerifyCapacityInput,
     VerifyCapacityResult,
     WarmFloor,
@@ -419,18 +417,6 @@ class FakeActivities:
                 if name not in input.known
             ]
         )
-
-    @activity.defn(name="uncordon_node")
-    async def uncordon_node(self, input: UncordonInput) -> UncordonResult:
-        f = self.fleet
-        f._enter("uncordon_node", input)
-
-        def apply() -> UncordonResult:
-            if not input.dry_run:
-                f.nodes[input.node].cordoned = False
-            return UncordonResult(node=input.node, unschedulable=False, applied_now=True)
-
-        return f._effect("uncordon_node", input, apply)
 
     @activity.defn(name="relocate_misplaced_pod")
     async def relocate_misplaced_pod(self, input: RelocateInput) -> RelocateResult:
