@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -423,6 +424,10 @@ class VerifyCapacityResult(BaseModel):
     checks: list[Check]
 
 
+# The check whose failed evidence lists the pods the roll-back relocates (the workflow
+# reads it by this name).
+PLACEMENT_CHECK = "replacement-placement"
+
 VERIFY_CAPACITY_OPTIONS = activity_options(start_to_close=READ_START_TO_CLOSE_S, max_attempts=8)
 
 
@@ -635,6 +640,52 @@ def diagnose_scheduling(
         "the scheduler's reason is not capacity (taints, affinity, qualification)",
         largest,
     )
+
+
+@dataclass(frozen=True)
+class NodePoolPreference:
+    """The node pool a workload's pods should land in: a node label and its values."""
+
+    label: str
+    values: frozenset[str]
+    weight: int
+
+
+def preferred_node_pool(affinity: Any, labels: Sequence[str]) -> NodePoolPreference | None:
+    """The heaviest preferred node-affinity term on a node-pool label, if the template has one.
+
+    Only a preference can be broken: a required term (or a nodeSelector) keeps the
+    scheduler off other pools, so a pod on the wrong pool exists only under a preference
+    the scheduler could not honour, for example when the preferred pool was full.
+    """
+    node_affinity = getattr(affinity, "node_affinity", None)
+    best: NodePoolPreference | None = None
+    for term in (
+        getattr(node_affinity, "preferred_during_scheduling_ignored_during_execution", None) or []
+    ):
+        expressions = getattr(term.preference, "match_expressions", None) or []
+        for e in expressions:
+            if e.key in labels and e.operator == "In" and e.values:
+                found = NodePoolPreference(e.key, frozenset(e.values), int(term.weight or 0))
+                if best is None or found.weight > best.weight:
+                    best = found
+    return best
+
+
+def misplaced_pods(
+    node_of_pod: Mapping[str, str | None],
+    labels_of_node: Mapping[str, Mapping[str, str]],
+    preference: NodePoolPreference,
+) -> dict[str, str | None]:
+    """Scheduled pods on a node outside the preferred pool, with that node's pool value."""
+    out: dict[str, str | None] = {}
+    for pod, node in sorted(node_of_pod.items()):
+        if node is None:
+            continue
+        value = (labels_of_node.get(node) or {}).get(preference.label)
+        if value not in preference.values:
+            out[pod] = value
+    return out
 
 
 # ---------------------------------------------------------------------------- object helpers
@@ -2126,6 +2177,7 @@ class ClusterActivities:
         checks: list[Check] = []
         kind, name, _, _ = self._workload(input.namespace, input.pool)
         ready = total = 0
+        preference: NodePoolPreference | None = None
         if kind == "Deployment":
             d = self._call(
                 "get",
@@ -2136,6 +2188,10 @@ class ClusterActivities:
             )
             ready = int((d.status.ready_replicas if d.status else 0) or 0)
             total = int((d.status.replicas if d.status else 0) or 0)
+            template = d.spec.template.spec if d.spec and d.spec.template else None
+            preference = preferred_node_pool(
+                getattr(template, "affinity", None), s.node_pool_labels
+            )
         elif kind == "LeaderWorkerSet":
             lws = self._call(
                 "get",
@@ -2201,6 +2257,7 @@ class ClusterActivities:
                 },
             )
         )
+        checks.append(self._placement_check(serving, nodes, preference))
         node_evidence: dict[str, dict[str, Any]] = {}
         for n in input.failed_nodes:
             node = nodes.get(n)
@@ -2219,4 +2276,37 @@ class ClusterActivities:
                 evidence={"nodes": node_evidence},
             )
         )
-        return VerifyCapacityResult(passed=all(c.passed for c in checks), checks=checks)
+        # A replica on the wrong pool still serves: it is moved in the roll-back, and does
+        # not hold the verification back.
+        return VerifyCapacityResult(
+            passed=all(c.passed for c in checks if c.name != PLACEMENT_CHECK), checks=checks
+        )
+
+    def _placement_check(
+        self, pods: list[Any], nodes: dict[str, Any], preference: NodePoolPreference | None
+    ) -> Check:
+        if preference is None:
+            return Check(
+                name=PLACEMENT_CHECK,
+                passed=True,
+                evidence={"misplaced": []},
+                detail="the workload prefers no node pool",
+            )
+        misplaced = misplaced_pods(
+            {
+                p.metadata.name: p.spec.node_name if p.spec else None
+                for p in pods
+                if p.metadata.deletion_timestamp is None
+            },
+            {name: _labels(node) for name, node in nodes.items()},
+            preference,
+        )
+        return Check(
+            name=PLACEMENT_CHECK,
+            passed=not misplaced,
+            evidence={
+                "preferred": {preference.label: sorted(preference.values)},
+                "misplaced": sorted(misplaced),
+                "pool_of_misplaced": misplaced,
+            },
+        )

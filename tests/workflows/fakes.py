@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.cluster import (
+    PLACEMENT_CHECK,
     AssessInput,
     AssessResult,
     CommonCause,
@@ -126,6 +127,8 @@ class Fleet:
     wanted_tier: int = 2
     deroute_confirms: bool = True
     verify_passes: bool = True
+    # Pods verify_capacity names as placed off their workload's preferred node pool.
+    misplaced: list[str] = field(default_factory=list)
     # Pods the pool's controller started in place of lost ones: name -> Ready.
     replacements: dict[str, bool] = field(default_factory=dict)
     # Replacements still loading weights: name -> polls they answer not Ready before Ready.
@@ -422,18 +425,20 @@ class FakeActivities:
     async def relocate_misplaced_pod(self, input: RelocateInput) -> RelocateResult:
         f = self.fleet
         f._enter("relocate_misplaced_pod", input)
-        return f._effect(
-            "relocate_misplaced_pod",
-            input,
-            lambda: RelocateResult(
+
+        def apply() -> RelocateResult:
+            if not input.dry_run and input.pod in f.misplaced:
+                f.misplaced.remove(input.pod)
+            return RelocateResult(
                 pod=input.pod,
                 wrong_node="x",
                 replacement=None,
                 replacement_node=None,
                 steps=["cordon", "delete", "uncordon"],
                 applied_now=True,
-            ),
-        )
+            )
+
+        return f._effect("relocate_misplaced_pod", input, apply)
 
     @activity.defn(name="verify_capacity")
     async def verify_capacity(self, input: VerifyCapacityInput) -> VerifyCapacityResult:
@@ -447,7 +452,12 @@ class FakeActivities:
                     name="warm-floor",
                     passed=f.verify_passes,
                     evidence={"target": input.warm_floor_target},
-                )
+                ),
+                Check(
+                    name=PLACEMENT_CHECK,
+                    passed=not f.misplaced,
+                    evidence={"misplaced": list(f.misplaced)},
+                ),
             ],
         )
 

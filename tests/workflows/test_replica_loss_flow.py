@@ -114,3 +114,24 @@ async def test_operation_ids_name_the_workflow_the_step_and_the_target_never_the
     assert result.incident_id.startswith(f"{wid}@")
     assert all(run_id not in op for op in mutating)
     assert f"{result.incident_id}/deroute/{dead}" in mutating
+
+
+async def test_a_replica_verified_on_the_wrong_node_pool_is_relocated_in_the_roll_back(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=1)
+    fleet.kill(f"{fleet.pool}-3")
+    fleet.misplaced = [f"{fleet.pool}-5"]
+    client = ts_env.client
+    async with running_worker(client, task_queue, fleet):
+        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3"))
+        result = await handle.result()
+        status = await status_of(handle)
+
+    assert result.outcome == "recovered"
+    relocations = [op for name, op in fleet.calls if name == "relocate_misplaced_pod"]
+    assert len(relocations) == 1 and relocations[0].endswith(f"/{fleet.pool}-5/relocate")
+    assert fleet.misplaced == []
+    assert fleet.applied[relocations[0]] == 1
+    roll_back = next(e for e in status.timeline if e.step == "roll-back")
+    assert roll_back.outcome != "failed"
