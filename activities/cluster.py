@@ -417,6 +417,9 @@ class VerifyCapacityInput(BaseModel):
     model: str | None = None
     revision: str | None = None
     failed_nodes: list[str] = Field(default_factory=list)
+    # The pool's pods when the incident began: only the others, its replacements, are
+    # checked for placement. None checks every serving pod.
+    present_before: list[str] | None = None
 
 
 class VerifyCapacityResult(BaseModel):
@@ -2257,7 +2260,12 @@ class ClusterActivities:
                 },
             )
         )
-        checks.append(self._placement_check(serving, nodes, preference))
+        replacements = [
+            p
+            for p in serving
+            if input.present_before is None or p.metadata.name not in input.present_before
+        ]
+        checks.append(self._placement_check(replacements, nodes, preference))
         node_evidence: dict[str, dict[str, Any]] = {}
         for n in input.failed_nodes:
             node = nodes.get(n)

@@ -1268,6 +1268,10 @@ class ReplicaLossWorkflow:
                     model=s.facts.model,
                     revision=s.facts.revision,
                     failed_nodes=failed_nodes,
+                    present_before=[
+                        *(str(p["name"]) for p in s.facts.survivors),
+                        *s.facts.lost_replicas,
+                    ],
                 ),
                 **VERIFY_CAPACITY_OPTIONS,
             )

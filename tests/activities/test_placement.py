@@ -81,13 +81,22 @@ def test_pods_on_other_pools_or_unlabelled_nodes_are_misplaced_and_unscheduled_o
     assert misplaced_pods(pods, nodes, preference) == {"p1": "a100", "p2": None}
 
 
-def _verify(acts: ClusterActivities) -> Any:
+def _verify(acts: ClusterActivities, present_before: list[str] | None = None) -> Any:
     return ActivityEnvironment().run(
         acts.verify_capacity,
         VerifyCapacityInput(
-            namespace=NS, pool=POOL, service=POOL, target_replicas=1, warm_floor_target=0
+            namespace=NS,
+            pool=POOL,
+            service=POOL,
+            target_replicas=1,
+            warm_floor_target=0,
+            present_before=present_before,
         ),
     )
+
+
+def _placement(result: Any) -> Any:
+    return next(c for c in result.checks if c.name == PLACEMENT_CHECK)
 
 
 def test_verification_names_a_replica_on_the_wrong_pool_and_relocation_clears_it(
@@ -122,13 +131,16 @@ def test_verification_names_a_replica_on_the_wrong_pool_and_relocation_clears_it
 
     before = _verify(acts)
 
-    placement = next(c for c in before.checks if c.name == PLACEMENT_CHECK)
+    placement = _placement(before)
     assert not placement.passed
     assert placement.evidence["misplaced"] == [misplaced["metadata"]["name"]]
     assert placement.evidence["pool_of_misplaced"] == {misplaced["metadata"]["name"]: "a100"}
     assert placement.evidence["preferred"] == {POOL_LABEL: ["h100"]}
     # It serves where it is: the roll-back moves it, the verification does not wait on it.
     assert before.passed, before
+
+    # A replica that was there before the incident is not the incident's to move.
+    assert _placement(_verify(acts, present_before=[misplaced["metadata"]["name"]])).passed
 
     moved = ActivityEnvironment().run(
         acts.relocate_misplaced_pod,
@@ -142,5 +154,5 @@ def test_verification_names_a_replica_on_the_wrong_pool_and_relocation_clears_it
     )
 
     assert moved.replacement_node == "h100-0"
-    after = next(c for c in _verify(acts).checks if c.name == PLACEMENT_CHECK)
+    after = _placement(_verify(acts))
     assert after.passed and after.evidence["misplaced"] == []

@@ -445,6 +445,8 @@ class FakeActivities:
         f = self.fleet
         f._enter("verify_capacity", input)
         f.verify_inputs.append(input)
+        before = set(input.present_before or [])
+        misplaced = [p for p in f.misplaced if p not in before]
         return VerifyCapacityResult(
             passed=f.verify_passes,
             checks=[
@@ -455,8 +457,8 @@ class FakeActivities:
                 ),
                 Check(
                     name=PLACEMENT_CHECK,
-                    passed=not f.misplaced,
-                    evidence={"misplaced": list(f.misplaced)},
+                    passed=not misplaced,
+                    evidence={"misplaced": misplaced},
                 ),
             ],
         )

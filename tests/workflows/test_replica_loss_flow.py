@@ -121,7 +121,8 @@ async def test_a_replica_verified_on_the_wrong_node_pool_is_relocated_in_the_rol
 ) -> None:
     fleet = new_fleet(serving=8, warm=1)
     fleet.kill(f"{fleet.pool}-3")
-    fleet.misplaced = [f"{fleet.pool}-5"]
+    # A survivor on the wrong pool was there before the incident: not the incident's to move.
+    fleet.misplaced = [f"{fleet.pool}-5", f"{fleet.pool}-replacement-0"]
     client = ts_env.client
     async with running_worker(client, task_queue, fleet):
         handle = await report_loss(client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3"))
@@ -130,8 +131,9 @@ async def test_a_replica_verified_on_the_wrong_node_pool_is_relocated_in_the_rol
 
     assert result.outcome == "recovered"
     relocations = [op for name, op in fleet.calls if name == "relocate_misplaced_pod"]
-    assert len(relocations) == 1 and relocations[0].endswith(f"/{fleet.pool}-5/relocate")
-    assert fleet.misplaced == []
+    assert len(relocations) == 1
+    assert relocations[0].endswith(f"/{fleet.pool}-replacement-0/relocate")
+    assert fleet.misplaced == [f"{fleet.pool}-5"]
     assert fleet.applied[relocations[0]] == 1
     roll_back = next(e for e in status.timeline if e.step == "roll-back")
     assert roll_back.outcome != "failed"
