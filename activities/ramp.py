@@ -164,8 +164,11 @@ def plan_ramp_step(
     )
 
 
+# A ramp runs for minutes and resumes from its heartbeat, so a retry costs little while a
+# failure unwinds the whole recovery: it outlives several infrastructure faults (a worker
+# killed, the ledger's database or Temporal restarted), bounded by schedule-to-close.
 RAMP_OPTIONS = activity_options(
-    start_to_close=3600, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=3, schedule_to_close=7200
+    start_to_close=3600, heartbeat=MUTATING_HEARTBEAT_S, max_attempts=10, schedule_to_close=7200
 )
 
 

@@ -54,6 +54,7 @@ from activities.cluster import (
     WarmWorkloadResult,
 )
 from activities.common import Check, PodRef
+from activities.errors import TemporaryError
 from activities.gateway import (
     RestoreShedTierInput,
     RestoreShedTierResult,
@@ -127,6 +128,8 @@ class Fleet:
     wanted_tier: int = 2
     deroute_confirms: bool = True
     verify_passes: bool = True
+    # Attempts of ramp_traffic that fail as an infrastructure fault would, before one works.
+    ramp_faults: int = 0
     # Pods verify_capacity names as placed off their workload's preferred node pool.
     misplaced: list[str] = field(default_factory=list)
     # Pods the pool's controller started in place of lost ones: name -> Ready.
@@ -578,6 +581,9 @@ class FakeActivities:
         f = self.fleet
         f._enter("ramp_traffic", input)
         f.ramp_inputs.append(input)
+        if f.ramp_faults > 0:
+            f.ramp_faults -= 1
+            raise TemporaryError("ledger database restarting: connection refused")
         pods = [r.name for r in [*input.warm_replicas, *input.new_replicas]]
         previous = {p: f.pods[p].weight for p in pods}
 

@@ -137,3 +137,21 @@ async def test_a_replica_verified_on_the_wrong_node_pool_is_relocated_in_the_rol
     assert fleet.applied[relocations[0]] == 1
     roll_back = next(e for e in status.timeline if e.step == "roll-back")
     assert roll_back.outcome != "failed"
+
+
+async def test_a_ramp_outlives_several_infrastructure_faults_instead_of_unwinding_the_recovery(
+    ts_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    fleet = new_fleet(serving=8, warm=1)
+    fleet.kill(f"{fleet.pool}-3")
+    # A worker killed, the ledger's database restarted and Temporal restarted, each
+    # costing an attempt, and one more for good measure.
+    fleet.ramp_faults = 4
+    client = ts_env.client
+    async with running_worker(client, task_queue, fleet):
+        handle = await report_loss(client, task_queue, fleet, loss_of(fleet, f"{fleet.pool}-3"))
+        result = await handle.result()
+
+    assert result.outcome == "recovered"
+    assert [name for name, _ in fleet.calls].count("ramp_traffic") == 5
+    assert fleet.ramp_faults == 0
