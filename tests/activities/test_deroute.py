@@ -222,27 +222,29 @@ def test_force_delete_with_approval_deletes_without_grace(
     assert kube.store.try_get("pods", victim, namespace=NS) is None
 
 
+def _underoutable_pod(kube: Kube) -> DerouteInput:
+    """A pod whose Service ignores the router-only label: removing it cannot deroute it."""
+    add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
+    add_deployment(kube.cluster, "plain", 1, {"app": "plain", "serving": "true"}, {"app": "plain"})
+    add_service(kube.cluster, "plain", {"app": "plain"})
+    victim = kube.store.list("pods", namespace=NS)[0]["metadata"]["name"]
+    return DerouteInput(
+        op_id="i/deroute/plain",
+        incident_id="i",
+        namespace=NS,
+        service="plain",
+        pod=victim,
+        confirm_timeout_s=0.3,
+    )
+
+
 def test_deroute_is_not_reported_done_while_the_endpoint_stays_in_the_ready_set(
     kube: Kube, runner: EffectRunner, settings: ActivitySettings
 ) -> None:
-    add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
-    add_deployment(kube.cluster, "plain", 1, {"app": "plain", "serving": "true"}, {"app": "plain"})
-    # This Service ignores the router-only label, so removing it cannot deroute the pod.
-    add_service(kube.cluster, "plain", {"app": "plain"})
-    victim = kube.store.list("pods", namespace=NS)[0]["metadata"]["name"]
+    op = _underoutable_pod(kube)
 
     with pytest.raises(ApplicationError) as pending:
-        ActivityEnvironment().run(
-            _acts(kube, runner, settings).deroute_replica,
-            DerouteInput(
-                op_id="i/deroute/plain",
-                incident_id="i",
-                namespace=NS,
-                service="plain",
-                pod=victim,
-                confirm_timeout_s=0.3,
-            ),
-        )
+        ActivityEnvironment().run(_acts(kube, runner, settings).deroute_replica, op)
 
     assert not pending.value.non_retryable
     assert "still in the ready set" in str(pending.value)
@@ -283,25 +285,12 @@ def test_a_deroute_whose_patch_failed_is_applied_by_its_retry_though_the_pod_is_
 def test_the_last_confirming_attempt_reports_the_deroute_unconfirmed_for_the_force_delete_gate(
     kube: Kube, runner: EffectRunner, settings: ActivitySettings
 ) -> None:
-    add_nodes(kube.cluster, ["n0"], rack="rack-a", zone="zone-a")
-    add_deployment(kube.cluster, "plain", 1, {"app": "plain", "serving": "true"}, {"app": "plain"})
-    add_service(kube.cluster, "plain", {"app": "plain"})
-    victim = kube.store.list("pods", namespace=NS)[0]["metadata"]["name"]
+    op = _underoutable_pod(kube).model_copy(update={"confirm_attempts": 2})
+    victim = op.pod
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, attempt=2)
 
-    result = env.run(
-        _acts(kube, runner, settings).deroute_replica,
-        DerouteInput(
-            op_id="i/deroute/plain",
-            incident_id="i",
-            namespace=NS,
-            service="plain",
-            pod=victim,
-            confirm_timeout_s=0.3,
-            confirm_attempts=2,
-        ),
-    )
+    result = env.run(_acts(kube, runner, settings).deroute_replica, op)
 
     assert not result.confirmed and result.label_removed == "serving"
     assert result.routing is not None and victim in result.routing.still_routable
